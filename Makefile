@@ -1,0 +1,46 @@
+# sharetx — make targets. The README's two commands: `go run ./cmd/sharetx`, `make test`.
+SHELL := /bin/bash
+KAFKA_VERSION ?= 4.4.0
+KAFKA_NODES ?= 1
+KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kafka.sh
+GO_TEST_FLAGS ?= -count=1 -timeout 20m
+FUZZTIME ?= 10s
+
+.PHONY: run build test unit test-kfake kafka-up kafka-down kafka-status fuzz vet
+
+run:
+	go run ./cmd/sharetx
+
+build:
+	CGO_ENABLED=0 go build -trimpath -o bin/sharetx ./cmd/sharetx
+
+vet:
+	go vet ./...
+
+# Every test: unit tests, fuzz seeds, and the end-to-end suite against kfake
+# AND a real Apache Kafka broker (started here from Maven Central jars, left
+# running for the next run; `make kafka-down` stops it), then a short fuzz
+# of every decoder.
+test: vet
+	@seeds=$$($(KAFKA) up | tail -n 1) && echo "real broker: $$seeds (Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s))" && \
+	E2E_KAFKA_SEEDS=$$seeds E2E_REQUIRE_KAFKA=1 E2E_KAFKA_SCRIPT=$(CURDIR)/e2e/kafka/kafka.sh \
+	  go test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+# The same suite without a real broker (kfake only; the real-broker halves skip).
+test-kfake:
+	go test $(GO_TEST_FLAGS) ./...
+
+fuzz:
+	go test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./proxy
+	go test -run '^$$' -fuzz '^FuzzParseRequestHeader$$' -fuzztime $(FUZZTIME) ./proxy
+	go test -run '^$$' -fuzz '^FuzzRewriters$$' -fuzztime $(FUZZTIME) ./intercept
+
+kafka-up:
+	@$(KAFKA) up
+
+kafka-down:
+	@e2e/kafka/kafka.sh down
+
+kafka-status:
+	@e2e/kafka/kafka.sh status

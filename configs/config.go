@@ -1,0 +1,451 @@
+// Package configs holds sharetx's configuration: the YAML schema, its
+// defaults, the SHARETX_* environment overrides and the validation that
+// stops start-up with a message naming the key and the fix.
+//
+// Every key of the YAML file can also be set by an environment variable whose
+// name is SHARETX_ followed by the key's path in upper case, joined by
+// underscores: listen.advertised_host is SHARETX_LISTEN_ADVERTISED_HOST.
+// Lists are comma separated; maps are written "k=v,k=v".
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration of one sharetx process.
+type Config struct {
+	Listen   Listen   `yaml:"listen"`
+	Upstream Upstream `yaml:"upstream"`
+	Limits   Limits   `yaml:"limits"`
+	Timeouts Timeouts `yaml:"timeouts"`
+	Metrics  Metrics  `yaml:"metrics"`
+	Log      Log      `yaml:"log"`
+	Embedded Embedded `yaml:"embedded"`
+}
+
+// Listen is the client-facing side: where clients connect and what address
+// the proxy advertises in every broker-naming response.
+type Listen struct {
+	// Bootstrap is the host:port of the bootstrap listener, the address
+	// clients put in bootstrap.servers.
+	Bootstrap string `yaml:"bootstrap"`
+	// AdvertisedHost is the host name written into Metadata,
+	// FindCoordinator, DescribeCluster and NodeEndpoints. Empty: the host
+	// of Bootstrap (which then must not be a wildcard address).
+	AdvertisedHost string `yaml:"advertised_host"`
+	// BrokerPortBase: upstream node N is served on port BrokerPortBase+N,
+	// unless BrokerPorts names it. 0 picks a free port per broker (tests).
+	BrokerPortBase int `yaml:"broker_port_base"`
+	// BrokerPorts fixes the port of individual node ids.
+	BrokerPorts map[int32]int `yaml:"broker_ports"`
+	// TLS for clients connecting to the proxy.
+	TLS ServerTLS `yaml:"tls"`
+}
+
+// ServerTLS is TLS on the listeners.
+type ServerTLS struct {
+	Enabled      bool   `yaml:"enabled"`
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"` // set: clients must present a certificate signed by it
+}
+
+// Upstream is the real cluster behind the proxy.
+type Upstream struct {
+	// BootstrapServers of the real cluster. Empty: sharetx starts an
+	// embedded single-node cluster (see Embedded).
+	BootstrapServers []string      `yaml:"bootstrap_servers"`
+	TLS              ClientTLS     `yaml:"tls"`
+	DialTimeout      time.Duration `yaml:"dial_timeout"`
+	// MetadataRefresh is how often the proxy asks the cluster for its
+	// brokers, to open listeners for new ones.
+	MetadataRefresh time.Duration `yaml:"metadata_refresh"`
+}
+
+// ClientTLS is TLS from the proxy to the brokers. Verification is on unless
+// InsecureSkipVerify is set.
+type ClientTLS struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// Limits bound what one connection may hold.
+type Limits struct {
+	// MaxFrameBytes is the largest request or response frame accepted
+	// (Kafka's socket.request.max.bytes defaults to 100 MiB).
+	MaxFrameBytes int `yaml:"max_frame_bytes"`
+	// MaxInFlight is how many requests one client connection may have
+	// waiting for responses before the proxy stops reading from it.
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// Timeouts of the proxy itself.
+type Timeouts struct {
+	// ShutdownGrace bounds how long in-flight requests may take to finish
+	// after SIGTERM.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// ClientIdle closes a client connection that sent nothing for this long
+	// and has nothing in flight; 0 never does (Kafka's default is 10m).
+	ClientIdle time.Duration `yaml:"client_idle"`
+}
+
+// Metrics is the Prometheus / health endpoint.
+type Metrics struct {
+	// Address of /metrics, /healthz and /readyz; empty disables them.
+	Address string `yaml:"address"`
+}
+
+// Log configures log/slog.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text, json
+}
+
+// Embedded is the in-process cluster started when no upstream is
+// configured.
+type Embedded struct {
+	// DataDir keeps the embedded cluster's topics across restarts. Empty:
+	// $XDG_STATE_HOME/sharetx/embedded (or ~/.local/state/...).
+	DataDir string `yaml:"data_dir"`
+	Brokers int    `yaml:"brokers"`
+}
+
+// Default is the configuration with nothing set: a proxy on 127.0.0.1:9092
+// in front of an embedded cluster.
+func Default() Config {
+	return Config{
+		Listen: Listen{
+			Bootstrap:      "127.0.0.1:9092",
+			BrokerPortBase: 9093,
+		},
+		Upstream: Upstream{
+			DialTimeout:     10 * time.Second,
+			MetadataRefresh: 30 * time.Second,
+		},
+		Limits: Limits{
+			MaxFrameBytes: 100 << 20,
+			MaxInFlight:   128,
+		},
+		Timeouts: Timeouts{
+			ShutdownGrace: 10 * time.Second,
+			ClientIdle:    10 * time.Minute,
+		},
+		Metrics:  Metrics{Address: "127.0.0.1:9644"},
+		Log:      Log{Level: "info", Format: "text"},
+		Embedded: Embedded{Brokers: 1},
+	}
+}
+
+// Error is a configuration problem: the key it concerns and what to do.
+type Error struct {
+	Key string // dotted YAML path, e.g. "listen.bootstrap"
+	Msg string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("config key %s: %s", e.Key, e.Msg) }
+
+func errorf(key, format string, args ...any) error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Load reads the YAML file at path (none if path is empty) over the
+// defaults, then applies the environment (SHARETX_*), then validates.
+func Load(path string, environ []string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("reading config file: %w", err)
+		}
+		if err := Parse(raw, &cfg); err != nil {
+			return cfg, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if err := ApplyEnv(&cfg, environ); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// Parse decodes YAML into cfg, refusing keys the schema does not have.
+func Parse(raw []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file is the defaults
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%s (valid keys: %s)", strings.Join(te.Errors, "; "), strings.Join(Keys(), ", "))
+		}
+		return err
+	}
+	return nil
+}
+
+// field is one leaf of the schema.
+type field struct {
+	key string // dotted yaml path
+	env string
+	v   reflect.Value
+}
+
+func leaves(v reflect.Value, prefix string, out *[]field) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		key := name
+		if prefix != "" {
+			key = prefix + "." + name
+		}
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Struct {
+			leaves(fv, key, out)
+			continue
+		}
+		*out = append(*out, field{
+			key: key,
+			env: "SHARETX_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
+			v:   fv,
+		})
+	}
+}
+
+// Keys lists every configuration key, dotted.
+func Keys() []string {
+	var fs []field
+	cfg := Default()
+	leaves(reflect.ValueOf(&cfg).Elem(), "", &fs)
+	keys := make([]string, len(fs))
+	for i, f := range fs {
+		keys[i] = f.key
+	}
+	return keys
+}
+
+// EnvNames maps every configuration key to its environment variable.
+func EnvNames() map[string]string {
+	var fs []field
+	cfg := Default()
+	leaves(reflect.ValueOf(&cfg).Elem(), "", &fs)
+	m := make(map[string]string, len(fs))
+	for _, f := range fs {
+		m[f.key] = f.env
+	}
+	return m
+}
+
+// ApplyEnv sets every key that has a SHARETX_* variable in environ. An
+// unknown SHARETX_ variable is an error: it is almost always a typo that
+// would otherwise be silently ignored.
+func ApplyEnv(cfg *Config, environ []string) error {
+	var fs []field
+	leaves(reflect.ValueOf(cfg).Elem(), "", &fs)
+	byEnv := make(map[string]field, len(fs))
+	for _, f := range fs {
+		byEnv[f.env] = f
+	}
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "SHARETX_") {
+			continue
+		}
+		f, ok := byEnv[name]
+		if !ok {
+			var names []string
+			for n := range byEnv {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return fmt.Errorf("environment variable %s is not a sharetx setting; valid names: %s", name, strings.Join(names, ", "))
+		}
+		if err := setFromString(f.v, val); err != nil {
+			return errorf(f.key, "environment variable %s=%q: %v", name, val, err)
+		}
+	}
+	return nil
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+func setFromString(v reflect.Value, s string) error {
+	s = strings.TrimSpace(s)
+	switch {
+	case v.Type() == durationType:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("not a duration (write e.g. 10s, 500ms)")
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.String:
+		v.SetString(s)
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("not a boolean (write true or false)")
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("not an integer")
+		}
+		v.SetInt(int64(n))
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		v.Set(reflect.ValueOf(out))
+	case v.Kind() == reflect.Map:
+		m := map[int32]int{}
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(p, "=")
+			ki, err1 := strconv.ParseInt(strings.TrimSpace(k), 10, 32)
+			vi, err2 := strconv.Atoi(strings.TrimSpace(val))
+			if !ok || err1 != nil || err2 != nil {
+				return fmt.Errorf("write node-id=port pairs separated by commas, e.g. 1=9094,2=9095")
+			}
+			m[int32(ki)] = vi
+		}
+		v.Set(reflect.ValueOf(m))
+	default:
+		return fmt.Errorf("unsupported type %s", v.Type())
+	}
+	return nil
+}
+
+// Validate checks every value and returns the first problem, naming its key.
+func (c *Config) Validate() error {
+	host, port, err := net.SplitHostPort(c.Listen.Bootstrap)
+	if err != nil {
+		return errorf("listen.bootstrap", "%q is not host:port (e.g. 127.0.0.1:9092)", c.Listen.Bootstrap)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return errorf("listen.bootstrap", "port %q is not a number from 0 to 65535", port)
+	}
+	if c.Listen.AdvertisedHost == "" && isWildcard(host) {
+		return errorf("listen.advertised_host", "must be set when listen.bootstrap binds a wildcard address (%q): clients need a host they can reach, e.g. localhost or the pod IP", host)
+	}
+	if c.Listen.BrokerPortBase < 0 || c.Listen.BrokerPortBase > 65535 {
+		return errorf("listen.broker_port_base", "%d is not a port (0 picks free ports)", c.Listen.BrokerPortBase)
+	}
+	for id, p := range c.Listen.BrokerPorts {
+		if p <= 0 || p > 65535 {
+			return errorf("listen.broker_ports", "node %d: %d is not a port from 1 to 65535", id, p)
+		}
+	}
+	if t := c.Listen.TLS; t.Enabled {
+		if t.CertFile == "" || t.KeyFile == "" {
+			return errorf("listen.tls", "enabled needs cert_file and key_file")
+		}
+		for k, f := range map[string]string{"listen.tls.cert_file": t.CertFile, "listen.tls.key_file": t.KeyFile, "listen.tls.client_ca_file": t.ClientCAFile} {
+			if f != "" {
+				if _, err := os.Stat(f); err != nil {
+					return errorf(k, "cannot read %q: %v", f, err)
+				}
+			}
+		}
+	}
+	for i, s := range c.Upstream.BootstrapServers {
+		if _, p, err := net.SplitHostPort(s); err != nil || p == "" {
+			return errorf("upstream.bootstrap_servers", "entry %d %q is not host:port", i, s)
+		}
+	}
+	if t := c.Upstream.TLS; t.Enabled {
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			return errorf("upstream.tls", "cert_file and key_file go together: set both for a client certificate, or neither")
+		}
+		for k, f := range map[string]string{"upstream.tls.ca_file": t.CAFile, "upstream.tls.cert_file": t.CertFile, "upstream.tls.key_file": t.KeyFile} {
+			if f != "" {
+				if _, err := os.Stat(f); err != nil {
+					return errorf(k, "cannot read %q: %v", f, err)
+				}
+			}
+		}
+	}
+	if c.Upstream.DialTimeout <= 0 {
+		return errorf("upstream.dial_timeout", "must be positive, e.g. 10s")
+	}
+	if c.Upstream.MetadataRefresh < time.Second {
+		return errorf("upstream.metadata_refresh", "must be at least 1s, e.g. 30s")
+	}
+	if c.Limits.MaxFrameBytes < 1024 || c.Limits.MaxFrameBytes > 1<<30 {
+		return errorf("limits.max_frame_bytes", "%d is outside 1024..1073741824 (Kafka's default is 104857600)", c.Limits.MaxFrameBytes)
+	}
+	if c.Limits.MaxInFlight < 1 || c.Limits.MaxInFlight > 10000 {
+		return errorf("limits.max_in_flight", "%d is outside 1..10000", c.Limits.MaxInFlight)
+	}
+	if c.Timeouts.ShutdownGrace < 0 {
+		return errorf("timeouts.shutdown_grace", "must not be negative")
+	}
+	if c.Timeouts.ClientIdle < 0 {
+		return errorf("timeouts.client_idle", "must not be negative (0 disables)")
+	}
+	if c.Metrics.Address != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {
+			return errorf("metrics.address", "%q is not host:port (empty disables metrics)", c.Metrics.Address)
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return errorf("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return errorf("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	if c.Embedded.Brokers < 1 || c.Embedded.Brokers > 9 {
+		return errorf("embedded.brokers", "%d is outside 1..9", c.Embedded.Brokers)
+	}
+	return nil
+}
+
+func isWildcard(host string) bool {
+	return host == "" || host == "0.0.0.0" || host == "::" || host == "[::]"
+}
+
+// AdvertisedHost is the host written into broker-naming responses.
+func (c *Config) AdvertisedHost() string {
+	if c.Listen.AdvertisedHost != "" {
+		return c.Listen.AdvertisedHost
+	}
+	host, _, _ := net.SplitHostPort(c.Listen.Bootstrap)
+	return host
+}
+
+// BrokerPort is the port upstream node id is served on; 0 means "any free
+// port".
+func (c *Config) BrokerPort(node int32) int {
+	if p, ok := c.Listen.BrokerPorts[node]; ok {
+		return p
+	}
+	if c.Listen.BrokerPortBase == 0 {
+		return 0
+	}
+	return c.Listen.BrokerPortBase + int(node)
+}

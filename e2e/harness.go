@@ -1,0 +1,258 @@
+// Package e2e holds the end-to-end tests and their harness: the same test
+// runs against franz-go's in-process kfake and against a real Apache Kafka
+// broker started by e2e/kafka/kafka.sh, chosen from the environment:
+//
+//	E2E_KAFKA_SEEDS=127.0.0.1:19092   a running real cluster (make kafka-up)
+//	E2E_REQUIRE_KAFKA=1               fail, rather than skip, the real-broker
+//	                                  half when E2E_KAFKA_SEEDS is not set
+//
+// No broker is mocked: the proxy under test runs in-process in front of a
+// real backend.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/proxy"
+	"github.com/sharetx/sharetx/upstream"
+)
+
+// Backend is a cluster the proxy runs in front of.
+type Backend struct {
+	Name  string
+	Seeds []string
+	Fake  *kfake.Cluster // nil for a real broker
+	Nodes int
+}
+
+// Backends runs fn once against kfake (with nodes brokers) and once against
+// the real broker named by E2E_KAFKA_SEEDS.
+func Backends(t *testing.T, nodes int, fn func(t *testing.T, b *Backend)) {
+	t.Run("kfake", func(t *testing.T) {
+		fn(t, FakeBackend(t, nodes))
+	})
+	t.Run("kafka", func(t *testing.T) {
+		fn(t, RealBackend(t))
+	})
+}
+
+// FakeBackend starts an in-process kfake cluster for the test.
+func FakeBackend(t testing.TB, nodes int, opts ...kfake.Opt) *Backend {
+	t.Helper()
+	all := append([]kfake.Opt{kfake.NumBrokers(nodes), kfake.DefaultNumPartitions(3)}, opts...)
+	c, err := kfake.NewCluster(all...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &Backend{Name: "kfake", Seeds: c.ListenAddrs(), Fake: c, Nodes: nodes}
+}
+
+// RealBackend returns the real cluster of E2E_KAFKA_SEEDS, skipping (or with
+// E2E_REQUIRE_KAFKA=1 failing) when it is not set.
+func RealBackend(t testing.TB) *Backend {
+	t.Helper()
+	seeds := os.Getenv("E2E_KAFKA_SEEDS")
+	if seeds == "" {
+		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not: start a broker with `make kafka-up`")
+		}
+		t.Skip("real broker not configured: set E2E_KAFKA_SEEDS (make test does)")
+	}
+	s := strings.Split(seeds, ",")
+	return &Backend{Name: "kafka", Seeds: s, Nodes: len(s)}
+}
+
+// Proxy is a sharetx proxy running in the test process.
+type Proxy struct {
+	*proxy.Server
+	Addr   string
+	Client *upstream.Client
+	Logs   *LogBuffer
+}
+
+// ProxyOpt adjusts the proxy's configuration before it starts.
+type ProxyOpt func(*configs.Config)
+
+// StartProxy runs a proxy in front of seeds on free loopback ports and waits
+// until it has discovered the cluster.
+func StartProxy(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
+	t.Helper()
+	p := startProxyNoWait(t, seeds, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := p.Discover(ctx, p.Client); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatalf("proxy never reached the upstream cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return p
+}
+
+// startProxyNoWait starts a proxy without waiting for the upstream.
+func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
+	t.Helper()
+	cfg := configs.Default()
+	cfg.Listen.Bootstrap = "127.0.0.1:0"
+	cfg.Listen.BrokerPortBase = 0
+	cfg.Metrics.Address = ""
+	cfg.Upstream.BootstrapServers = seeds
+	cfg.Upstream.DialTimeout = 5 * time.Second
+	cfg.Timeouts.ShutdownGrace = 5 * time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("proxy config: %v", err)
+	}
+	logs := &LogBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv, err := proxy.New(cfg, log, nil)
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatalf("proxy start: %v", err)
+	}
+	d, _ := upstream.NewDialer(cfg.Upstream)
+	cl, err := upstream.NewClient(seeds, d)
+	if err != nil {
+		t.Fatalf("proxy upstream client: %v", err)
+	}
+	p := &Proxy{Server: srv, Addr: srv.BootstrapAddr(), Client: cl, Logs: logs}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		cl.Close()
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", logs.String())
+		}
+	})
+	return p
+}
+
+// ProxyAddrs is the set of addresses a client may legitimately dial: the
+// bootstrap listener and every broker listener.
+func (p *Proxy) ProxyAddrs() map[string]bool {
+	m := map[string]bool{p.Addr: true}
+	for _, b := range p.Brokers() {
+		m[b.Proxy] = true
+	}
+	return m
+}
+
+// DialRecorder is a kgo dialer that remembers every address dialed.
+type DialRecorder struct {
+	mu    sync.Mutex
+	addrs map[string]int
+}
+
+// Dial implements kgo.Dialer.
+func (r *DialRecorder) Dial(ctx context.Context, network, host string) (net.Conn, error) {
+	r.mu.Lock()
+	if r.addrs == nil {
+		r.addrs = map[string]int{}
+	}
+	r.addrs[host]++
+	r.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, host)
+}
+
+// Addrs returns the addresses dialed so far.
+func (r *DialRecorder) Addrs() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.addrs))
+	for k, v := range r.addrs {
+		out[k] = v
+	}
+	return out
+}
+
+// AssertOnlyProxy fails the test if a client dialed anything but the proxy.
+func (r *DialRecorder) AssertOnlyProxy(t testing.TB, p *Proxy) {
+	t.Helper()
+	allowed := p.ProxyAddrs()
+	dialed := r.Addrs()
+	if len(dialed) == 0 {
+		t.Fatal("the client dialed nothing")
+	}
+	for a := range dialed {
+		if !allowed[a] {
+			t.Errorf("client dialed %s, which is not a proxy address (proxy: %v)", a, allowed)
+		}
+	}
+}
+
+// Client returns a franz-go client through the proxy, dialing via rec.
+func (p *Proxy) NewClient(t testing.TB, rec *DialRecorder, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	all := append([]kgo.Opt{kgo.SeedBrokers(p.Addr), kgo.Dialer(rec.Dial), kgo.MetadataMinAge(250 * time.Millisecond)}, opts...)
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		t.Fatalf("kgo client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// LogBuffer collects the proxy's log lines for assertions.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// Contains reports whether a logged line contains s.
+func (l *LogBuffer) Contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.b.String(), s)
+}
+
+// String returns everything logged.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Wait polls cond until it holds or d passes.
+func Wait(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Unique returns a name unique to this test run, for topics and groups on a
+// shared real broker.
+func Unique(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+}

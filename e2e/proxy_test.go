@@ -1,0 +1,433 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// createTopic creates a topic through the proxy with replication that fits
+// the backend.
+func createTopic(t testing.TB, adm *kadm.Client, b *Backend, partitions int32) string {
+	t.Helper()
+	topic := Unique("sharetx-e2e")
+	rf := int16(1)
+	if b.Nodes >= 3 {
+		rf = 3
+	}
+	resp, err := adm.CreateTopic(ctxT(t, 30*time.Second), partitions, rf, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	return topic
+}
+
+func produceN(t testing.TB, cl *kgo.Client, topic string, n int) {
+	t.Helper()
+	var failed atomic.Value
+	ctx := ctxT(t, 60*time.Second)
+	for i := 0; i < n; i++ {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: []byte(fmt.Sprintf("value-%d", i))},
+			func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.Store(err)
+				}
+			})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// TestProduceConsumeClassicGroup: plain produce and a classic consumer group
+// through the proxy; every record comes back once and every address the
+// clients dialed is the proxy's.
+func TestProduceConsumeClassicGroup(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds)
+		rec := &DialRecorder{}
+		cl := p.NewClient(t, rec)
+		adm := kadm.NewClient(cl)
+		topic := createTopic(t, adm, b, 3)
+		const n = 2000
+		produceN(t, cl, topic, n)
+
+		cons := p.NewClient(t, rec, kgo.ConsumerGroup(Unique("cg")), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		seen := map[string]int{}
+		ctx := ctxT(t, 60*time.Second)
+		for len(seen) < n {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("consumed %d of %d before timing out", len(seen), n)
+			}
+			fs.EachError(func(_ string, _ int32, err error) { t.Errorf("fetch error: %v", err) })
+			fs.EachRecord(func(r *kgo.Record) { seen[string(r.Key)]++ })
+		}
+		for k, c := range seen {
+			if c != 1 {
+				t.Errorf("key %s consumed %d times", k, c)
+			}
+		}
+		if err := cons.CommitUncommittedOffsets(ctx); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		rec.AssertOnlyProxy(t, p)
+	})
+}
+
+// TestTransactionalReadCommitted: transaction version 2 through the proxy;
+// a read_committed consumer sees the committed transaction only.
+func TestTransactionalReadCommitted(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds)
+		rec := &DialRecorder{}
+		adm := kadm.NewClient(p.NewClient(t, rec))
+		topic := createTopic(t, adm, b, 2)
+
+		txn := p.NewClient(t, rec, kgo.TransactionalID(Unique("txn")), kgo.DefaultProduceTopic(topic))
+		ctx := ctxT(t, 60*time.Second)
+		run := func(prefix string, n int, commit bool) {
+			if err := txn.BeginTransaction(); err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			for i := 0; i < n; i++ {
+				if err := txn.ProduceSync(ctx, kgo.StringRecord(fmt.Sprintf("%s-%d", prefix, i))).FirstErr(); err != nil {
+					t.Fatalf("produce in txn: %v", err)
+				}
+			}
+			if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+				t.Fatalf("end txn (commit=%v): %v", commit, err)
+			}
+		}
+		run("committed", 100, true)
+		run("aborted", 50, false)
+		run("committed2", 25, true)
+
+		cons := p.NewClient(t, rec, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		got := 0
+		for got < 125 {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("read %d of 125 committed records before timing out", got)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				if len(r.Value) >= 7 && string(r.Value[:7]) == "aborted" {
+					t.Errorf("read_committed consumer saw aborted record %s", r.Value)
+				}
+				got++
+			})
+		}
+		// Nothing more arrives: the aborted batch stays invisible.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		cons.PollFetches(pctx).EachRecord(func(r *kgo.Record) { t.Errorf("unexpected extra record %s", r.Value) })
+		if got != 125 {
+			t.Fatalf("read %d committed records, want 125", got)
+		}
+		rec.AssertOnlyProxy(t, p)
+	})
+}
+
+func setShareAutoOffsetReset(t testing.TB, cl *kgo.Client, group string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value = "share.auto.offset.reset", kmsg.StringPtr("earliest")
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
+	if err != nil {
+		t.Fatalf("set share.auto.offset.reset: %v", err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("set share.auto.offset.reset: %v", err)
+		}
+	}
+}
+
+// shareStartOffsets returns the share-partition start offset of every
+// partition of topic in group.
+func shareStartOffsets(t testing.TB, cl *kgo.Client, group, topic string, partitions int32) map[int32]int64 {
+	t.Helper()
+	req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+	g := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+	g.GroupID = group
+	tp := kmsg.NewDescribeShareGroupOffsetsRequestGroupTopic()
+	tp.Topic = topic
+	for i := int32(0); i < partitions; i++ {
+		tp.Partitions = append(tp.Partitions, i)
+	}
+	g.Topics = append(g.Topics, tp)
+	req.Groups = append(req.Groups, g)
+	resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
+	if err != nil {
+		t.Fatalf("describe share group offsets: %v", err)
+	}
+	out := map[int32]int64{}
+	for _, g := range resp.Groups {
+		for _, tp := range g.Topics {
+			for _, p := range tp.Partitions {
+				out[p.Partition] = p.StartOffset
+			}
+		}
+	}
+	return out
+}
+
+// TestShareGroupConsume: a share group consuming and acknowledging through
+// the proxy; every record is delivered, and once acknowledged the
+// share-partition start offsets reach the end of the log.
+func TestShareGroupConsume(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds)
+		rec := &DialRecorder{}
+		cl := p.NewClient(t, rec)
+		adm := kadm.NewClient(cl)
+		topic := createTopic(t, adm, b, 2)
+		const n = 500
+		produceN(t, cl, topic, n)
+		group := Unique("share")
+		setShareAutoOffsetReset(t, cl, group)
+
+		share := p.NewClient(t, rec, kgo.ShareGroup(group), kgo.ConsumeTopics(topic))
+		seen := map[string]bool{}
+		ctx := ctxT(t, 90*time.Second)
+		for len(seen) < n {
+			fs := share.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("share consumer got %d of %d records before timing out", len(seen), n)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				seen[string(r.Key)] = true
+				r.Ack(kgo.AckAccept)
+			})
+		}
+		if err := share.FlushAcks(ctx); err != nil {
+			t.Fatalf("flush acks: %v", err)
+		}
+		Wait(t, 30*time.Second, "share-partition start offsets to reach the end of the log", func() bool {
+			offs := shareStartOffsets(t, cl, group, topic, 2)
+			var sum int64
+			for _, o := range offs {
+				sum += o
+			}
+			return sum == n
+		})
+		rec.AssertOnlyProxy(t, p)
+	})
+}
+
+// TestAdminCalls: admin requests through the proxy; every broker address
+// they return is a proxy address.
+func TestAdminCalls(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds)
+		rec := &DialRecorder{}
+		cl := p.NewClient(t, rec)
+		adm := kadm.NewClient(cl)
+		ctx := ctxT(t, 60*time.Second)
+		allowed := p.ProxyAddrs()
+
+		topic := createTopic(t, adm, b, 4)
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			t.Fatalf("metadata: %v", err)
+		}
+		if len(md.Brokers) == 0 {
+			t.Fatal("metadata names no brokers")
+		}
+		for _, br := range md.Brokers {
+			if a := net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))); !allowed[a] {
+				t.Errorf("Metadata names broker %d at %s, not a proxy address", br.NodeID, a)
+			}
+		}
+		if got := len(md.Topics[topic].Partitions); got != 4 {
+			t.Errorf("topic has %d partitions, want 4", got)
+		}
+
+		dc := kmsg.NewPtrDescribeClusterRequest()
+		dresp, err := dc.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatalf("describe cluster: %v", err)
+		}
+		for _, br := range dresp.Brokers {
+			if a := net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port))); !allowed[a] {
+				t.Errorf("DescribeCluster names broker %d at %s, not a proxy address", br.NodeID, a)
+			}
+		}
+
+		// FindCoordinator, v3 (single key) and v4+ (batched keys).
+		for _, v := range []int16{3, 4} {
+			fc := kmsg.NewPtrFindCoordinatorRequest()
+			fc.Version = v
+			fc.CoordinatorKey = "g1"
+			fc.CoordinatorKeys = []string{"g1", "g2", "g3"}
+			// Raw, so the version is exactly v (kgo would pick its own).
+			fresp := rawRoundTrip(t, p.Addr, fc).(*kmsg.FindCoordinatorResponse)
+			check := func(node int32, host string, port int32) {
+				if node < 0 {
+					return
+				}
+				if a := net.JoinHostPort(host, strconv.Itoa(int(port))); !allowed[a] {
+					t.Errorf("FindCoordinator v%d names %s, not a proxy address", v, a)
+				}
+			}
+			if v < 4 {
+				if fresp.ErrorCode != 0 {
+					t.Fatalf("find coordinator v3: %v", kerr.ErrorForCode(fresp.ErrorCode))
+				}
+				check(fresp.NodeID, fresp.Host, fresp.Port)
+			} else {
+				if len(fresp.Coordinators) != 3 {
+					t.Fatalf("batched find coordinator answered %d keys, want 3", len(fresp.Coordinators))
+				}
+				for _, c := range fresp.Coordinators {
+					if c.ErrorCode != 0 {
+						t.Fatalf("find coordinator %s: %v", c.Key, kerr.ErrorForCode(c.ErrorCode))
+					}
+					check(c.NodeID, c.Host, c.Port)
+				}
+			}
+		}
+
+		if _, err := adm.ListGroups(ctx); err != nil {
+			t.Fatalf("list groups: %v", err)
+		}
+		cfgs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err != nil || cfgs[0].Err != nil {
+			t.Fatalf("describe topic configs: %v %v", err, cfgs)
+		}
+		del, err := adm.DeleteTopics(ctx, topic)
+		if err != nil || del[topic].Err != nil {
+			t.Fatalf("delete topic: %v %v", err, del)
+		}
+		rec.AssertOnlyProxy(t, p)
+	})
+}
+
+// TestApiVersionsCapped: the proxy caps decoded keys to what kmsg knows,
+// removes keys it would not forward, and keeps the feature tags (clients
+// choose transaction version 2 from them).
+func TestApiVersionsCapped(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds)
+		cl := p.NewClient(t, &DialRecorder{})
+		req := kmsg.NewPtrApiVersionsRequest()
+		resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
+		if err != nil {
+			t.Fatalf("api versions: %v", err)
+		}
+		if len(resp.ApiKeys) == 0 {
+			t.Fatal("no api keys")
+		}
+		for _, k := range resp.ApiKeys {
+			r := kmsg.RequestForKey(k.ApiKey)
+			if r == nil {
+				t.Errorf("key %d is advertised but kmsg does not know it", k.ApiKey)
+				continue
+			}
+			if k.ApiKey == kmsg.Metadata.Int16() || k.ApiKey == kmsg.Fetch.Int16() || k.ApiKey == kmsg.Produce.Int16() {
+				if k.MaxVersion > r.MaxVersion() {
+					t.Errorf("%s advertised up to v%d, kmsg decodes up to v%d", kmsg.NameForKey(k.ApiKey), k.MaxVersion, r.MaxVersion())
+				}
+			}
+		}
+		if b.Fake == nil { // a real 4.2+ broker finalizes transaction.version=2
+			tv := int16(-1)
+			for _, f := range resp.FinalizedFeatures {
+				if f.Name == "transaction.version" {
+					tv = f.MaxVersionLevel
+				}
+			}
+			if tv < 2 {
+				t.Errorf("finalized transaction.version through the proxy is %d, want 2 (features: %+v)", tv, resp.FinalizedFeatures)
+			}
+		}
+
+		// An ApiVersions version newer than the proxy decodes gets a broker-style
+		// UNSUPPORTED_VERSION answer, not a dropped connection.
+		conn, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		high := kmsg.NewPtrApiVersionsRequest()
+		high.Version = 0 // encoded body of v0 is empty; the header says v99
+		frame := rawRequest(kmsg.ApiVersions.Int16(), 99, 7, nil)
+		if _, err := conn.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		rf, err := readResponse(conn)
+		if err != nil {
+			t.Fatalf("reading the answer to ApiVersions v99: %v", err)
+		}
+		if corr := int32(be32(rf[0:])); corr != 7 {
+			t.Errorf("correlation id %d, want 7", corr)
+		}
+		v0 := kmsg.NewPtrApiVersionsResponse()
+		v0.Version = 0
+		if err := v0.ReadFrom(rf[4:]); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if v0.ErrorCode != kerr.UnsupportedVersion.Code {
+			t.Errorf("error code %d, want UNSUPPORTED_VERSION", v0.ErrorCode)
+		}
+	})
+}
+
+// rawRoundTrip sends req at exactly its version on a new connection and
+// decodes the answer.
+func rawRoundTrip(t testing.TB, addr string, req kmsg.Request) kmsg.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(rawRequest(req.Key(), req.GetVersion(), 9, req.AppendTo(nil))); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	rf, err := readResponse(c)
+	if err != nil {
+		t.Fatalf("%s v%d: %v", kmsg.NameForKey(req.Key()), req.GetVersion(), err)
+	}
+	off := 4
+	if req.IsFlexible() && req.Key() != kmsg.ApiVersions.Int16() {
+		off++ // empty header tags
+	}
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(rf[off:]); err != nil {
+		t.Fatalf("decoding %s v%d: %v", kmsg.NameForKey(req.Key()), req.GetVersion(), err)
+	}
+	return resp
+}

@@ -1,0 +1,16 @@
+package intercept
+
+import "github.com/twmb/franz-go/pkg/kmsg"
+
+// ShareFetch carries NodeEndpoints when a partition's leader moved.
+func init() {
+	register(kmsg.ShareFetch, func(env *Env, r kmsg.Response) bool {
+		resp := r.(*kmsg.ShareFetchResponse)
+		changed := false
+		for i := range resp.NodeEndpoints {
+			b := &resp.NodeEndpoints[i]
+			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
+		}
+		return changed
+	})
+}

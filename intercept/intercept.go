@@ -1,0 +1,70 @@
+// Package intercept holds the per-API handlers of the proxy, one file per
+// API key (named like franz-go's kfake: 03_metadata.go is key 3).
+//
+// The contract: the proxy passes every request and response through byte
+// for byte unless a handler is registered for its key. A registered
+// response rewriter receives the decoded response and reports whether it
+// changed it; only then is the response re-encoded. Rewriters must not block:
+// they run on the connection's response path.
+package intercept
+
+import (
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Addresses is the proxy's map of upstream brokers to its own listeners.
+type Addresses interface {
+	// Advertise records that upstream node nodeID lives at host:port and
+	// returns the address clients must use for it instead. A negative node
+	// id names no broker (e.g. a FindCoordinator error) and is returned
+	// unchanged by the rewriters without calling Advertise.
+	Advertise(nodeID int32, host string, port int32) (string, int32)
+}
+
+// Env is what a handler may use.
+type Env struct {
+	Addrs Addresses
+	Log   *slog.Logger
+	// UpstreamVersions, if set, is told every ApiVersions response the
+	// upstream sent, before the proxy caps it.
+	UpstreamVersions func(*kmsg.ApiVersionsResponse)
+}
+
+// ResponseRewriter may change a decoded response of its key; it returns true
+// if it did.
+type ResponseRewriter func(env *Env, resp kmsg.Response) bool
+
+var rewriters [kmsg.MaxKey + 1]ResponseRewriter
+
+func register(key kmsg.Key, fn ResponseRewriter) { rewriters[key] = fn }
+
+// Rewriter returns the response rewriter of key, or nil when responses of
+// that key pass through untouched.
+func Rewriter(key int16) ResponseRewriter {
+	if key < 0 || int(key) >= len(rewriters) {
+		return nil
+	}
+	return rewriters[key]
+}
+
+// Decoded reports whether the proxy decodes requests or responses of key;
+// ApiVersions caps such keys to the versions kmsg knows.
+func Decoded(key int16) bool {
+	return Rewriter(key) != nil || key == kmsg.Produce.Int16() // Produce: acks is read from the request
+}
+
+// advertise rewrites one broker address in place; it reports whether the
+// address changed.
+func advertise(env *Env, node int32, host *string, port *int32) bool {
+	if node < 0 {
+		return false
+	}
+	h, p := env.Addrs.Advertise(node, *host, *port)
+	if h == *host && p == *port {
+		return false
+	}
+	*host, *port = h, p
+	return true
+}

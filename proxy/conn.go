@@ -1,0 +1,505 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/intercept"
+)
+
+// pending is one request waiting for its response. Requests reach the
+// client-order queue in the order the client sent them, and upstream
+// answers in the order it received them, so responses go back in request
+// order without any reordering buffer.
+type pending struct {
+	hdr   RequestHeader
+	start time.Time
+	local bool // answered by the proxy: frame is set before it is queued
+
+	upCorr int32
+	frame  []byte // the response frame, set before done is closed
+	err    error
+	done   chan struct{}
+
+	// inject is set for the proxy's own requests: their responses go to it
+	// and never to the client.
+	inject func(frame []byte, err error)
+}
+
+func (p *pending) finish(frame []byte, err error) {
+	if p.inject != nil {
+		p.inject(frame, err)
+		return
+	}
+	p.frame, p.err = frame, err
+	close(p.done)
+}
+
+// conn is one client connection paired with one upstream connection.
+type conn struct {
+	s        *Server
+	client   net.Conn
+	up       net.Conn
+	listener string
+	log      *slog.Logger
+
+	// wmu orders the upstream wire: a correlation id is taken, the request
+	// queued in upq and written while it is held, so upq's order is the
+	// wire's order even with injected requests interleaved.
+	wmu      sync.Mutex
+	nextCorr int32
+	upDead   error // set under wmu once the upstream side failed
+	upw      *bufio.Writer
+
+	upq   chan *pending // written upstream, waiting for a response, FIFO
+	order chan *pending // client requests in client order; closed by readClient
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	reason    atomic.Value // string: why the pair was closed
+	draining  atomic.Bool
+}
+
+func newConn(s *Server, client, up net.Conn, listener string) *conn {
+	max := s.cfg.Limits.MaxInFlight
+	c := &conn{
+		s:        s,
+		client:   client,
+		up:       up,
+		listener: listener,
+		upw:      bufio.NewWriterSize(up, 64<<10),
+		upq:      make(chan *pending, max+64),
+		order:    make(chan *pending, max),
+		closed:   make(chan struct{}),
+	}
+	c.log = s.log.With("client", client.RemoteAddr().String(), "listener", listener, "upstream", up.RemoteAddr().String())
+	return c
+}
+
+// run serves the pair until either side ends; it closes both.
+func (c *conn) run() {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); c.readClient() }()
+	go func() { defer wg.Done(); c.readUpstream() }()
+	go func() { defer wg.Done(); c.writeClient() }()
+	wg.Wait()
+	reason, _ := c.reason.Load().(string)
+	c.s.metrics.ConnsClosed.WithLabelValues(reason).Inc()
+}
+
+// close ends the pair, recording the first reason given.
+func (c *conn) close(reason string) {
+	c.closeOnce.Do(func() {
+		c.reason.Store(reason)
+		close(c.closed)
+		c.client.Close()
+		c.up.Close()
+	})
+}
+
+// drain stops reading requests; responses to those already read are still
+// delivered, then the pair closes.
+func (c *conn) drain() {
+	c.draining.Store(true)
+	c.client.SetReadDeadline(time.Now())
+}
+
+func (c *conn) readClient() {
+	defer close(c.order)
+	r := bufio.NewReaderSize(c.client, 64<<10)
+	idle := c.s.cfg.Timeouts.ClientIdle
+	// Requests are written upstream unflushed while the client's next
+	// request is already buffered (a pipelined burst becomes one write);
+	// they are flushed before anything here can block.
+	defer c.flushUp()
+	for {
+		if !hasFullFrame(r) {
+			c.flushUp()
+		}
+		if idle > 0 && !c.draining.Load() {
+			c.client.SetReadDeadline(time.Now().Add(idle))
+			if c.draining.Load() { // drain raced with us: keep its deadline
+				c.client.SetReadDeadline(time.Now())
+			}
+		}
+		frame, err := ReadFrame(r, c.s.cfg.Limits.MaxFrameBytes)
+		if err != nil {
+			c.clientReadError(err)
+			return
+		}
+		hdr, err := ParseRequestHeader(frame)
+		if err != nil {
+			c.log.Warn("closing connection: malformed request header", "err", err)
+			c.stopReading("malformed_frame")
+			return
+		}
+		if !c.s.forwardable(hdr.Key) {
+			c.log.Warn("closing connection: request with an API key the proxy does not forward (a broker would close the connection too)",
+				"api_key", hdr.Key, "version", hdr.Version, "client_id", deref(hdr.ClientID))
+			c.stopReading("unknown_api_key")
+			return
+		}
+		m := c.s.metrics
+		m.requests[hdr.Key].Inc()
+		m.reqBytes[hdr.Key].Add(float64(len(frame)))
+		p := &pending{hdr: hdr, start: time.Now(), done: make(chan struct{})}
+
+		if resp := c.answerLocally(hdr); resp != nil {
+			p.local = true
+			p.frame = resp
+			close(p.done)
+			if !c.enqueue(p) {
+				return
+			}
+			continue
+		}
+
+		expectResponse := true
+		if hdr.Key == kmsg.Produce.Int16() {
+			acks, err := ProduceAcks(frame, hdr)
+			if err != nil {
+				c.log.Warn("closing connection: malformed produce request", "err", err)
+				c.stopReading("malformed_frame")
+				return
+			}
+			expectResponse = acks != 0
+		}
+		if expectResponse && !c.enqueue(p) {
+			return
+		}
+		if err := c.send(frame, p, expectResponse); err != nil {
+			return
+		}
+	}
+}
+
+// enqueue puts p in client order; it blocks while max_in_flight requests
+// are waiting (back-pressure: the proxy stops reading from the client).
+func (c *conn) enqueue(p *pending) bool {
+	select {
+	case c.order <- p:
+		return true
+	default:
+	}
+	c.flushUp() // about to wait for responses: what they answer must be on the wire
+	select {
+	case c.order <- p:
+		return true
+	case <-c.closed:
+		return false
+	}
+}
+
+// flushUp writes out requests buffered for upstream.
+func (c *conn) flushUp() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.upDead != nil || c.upw.Buffered() == 0 {
+		return
+	}
+	if err := c.upw.Flush(); err != nil {
+		c.s.metrics.UpstreamErrs.WithLabelValues("write").Inc()
+		c.log.Warn("closing connection: writing upstream failed", "err", err)
+		c.upDead = err
+		c.close("upstream_write_error")
+	}
+}
+
+// send writes a request upstream under the proxy's own correlation id.
+func (c *conn) send(frame []byte, p *pending, expectResponse bool) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.upDead != nil {
+		if expectResponse {
+			p.finish(nil, c.upDead)
+		}
+		return c.upDead
+	}
+	corr := c.nextCorr
+	c.nextCorr++
+	setCorrelationID(frame, reqCorrOffset, corr)
+	if expectResponse {
+		p.upCorr = corr
+		c.upq <- p // cannot block: order bounds client requests, injections are bounded below
+	}
+	_, err := c.upw.Write(frame)
+	if err != nil {
+		c.s.metrics.UpstreamErrs.WithLabelValues("write").Inc()
+		c.log.Warn("closing connection: writing upstream failed", "err", err)
+		c.upDead = err
+		c.close("upstream_write_error")
+	}
+	return err
+}
+
+func (c *conn) clientReadError(err error) {
+	switch {
+	case c.draining.Load():
+		c.stopReading("shutdown")
+	case errors.Is(err, io.EOF):
+		c.close("client_closed")
+	case errors.Is(err, ErrFrameTooLarge):
+		c.log.Warn("closing connection: request frame too large", "err", err, "limit", c.s.cfg.Limits.MaxFrameBytes)
+		c.stopReading("frame_too_large")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Info("closing idle connection", "idle", c.s.cfg.Timeouts.ClientIdle)
+		c.stopReading("idle")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.log.Warn("closing connection: client sent a truncated frame")
+		c.close("truncated_frame")
+	default:
+		c.close("client_read_error")
+	}
+}
+
+// stopReading records why the pair will close once the responses already
+// owed to the client are written.
+func (c *conn) stopReading(reason string) {
+	c.reason.CompareAndSwap(nil, reason)
+}
+
+// answerLocally returns a response frame for requests the proxy answers
+// itself, or nil to forward the request.
+func (c *conn) answerLocally(h RequestHeader) []byte {
+	if h.Key == kmsg.ApiVersions.Int16() {
+		// A version newer than kmsg decodes: answer as a broker does, with
+		// UNSUPPORTED_VERSION at v0 and the versions we do support, so the
+		// client retries with one we can rewrite.
+		if max := (&kmsg.ApiVersionsRequest{}).MaxVersion(); h.Version > max {
+			resp := kmsg.NewPtrApiVersionsResponse()
+			resp.ErrorCode = kerr.UnsupportedVersion.Code
+			k := kmsg.NewApiVersionsResponseApiKey()
+			k.ApiKey, k.MaxVersion = kmsg.ApiVersions.Int16(), max
+			resp.ApiKeys = append(resp.ApiKeys, k)
+			return EncodeResponseFrame(h.CorrelationID, h.Key, resp)
+		}
+	}
+	return nil
+}
+
+func (c *conn) readUpstream() {
+	r := bufio.NewReaderSize(c.up, 64<<10)
+	for {
+		frame, err := ReadFrame(r, c.s.cfg.Limits.MaxFrameBytes)
+		if err == nil && len(frame) < 8 {
+			err = ErrFrameTooSmall
+		}
+		var p *pending
+		if err == nil {
+			select {
+			case p = <-c.upq:
+				if got := int32(binary.BigEndian.Uint32(frame[respCorrOffset:])); got != p.upCorr {
+					err = fmt.Errorf("upstream answered correlation id %d, expected %d", got, p.upCorr)
+					p.finish(nil, err)
+				}
+			default:
+				err = errors.New("upstream sent a response to no request")
+			}
+		}
+		if err != nil {
+			c.upstreamFailed(err)
+			return
+		}
+		p.finish(frame, nil)
+	}
+}
+
+// upstreamFailed fails every request still waiting on the upstream side.
+func (c *conn) upstreamFailed(err error) {
+	c.wmu.Lock()
+	c.upDead = err
+	for {
+		select {
+		case p := <-c.upq:
+			p.finish(nil, err)
+			continue
+		default:
+		}
+		break
+	}
+	c.wmu.Unlock()
+	select {
+	case <-c.closed: // we closed it ourselves
+		return
+	default:
+	}
+	if errors.Is(err, io.EOF) {
+		c.log.Info("upstream closed the connection")
+		c.close("upstream_closed")
+		return
+	}
+	c.s.metrics.UpstreamErrs.WithLabelValues("read").Inc()
+	c.log.Warn("closing connection: reading upstream failed", "err", err)
+	c.close("upstream_read_error")
+}
+
+func (c *conn) writeClient() {
+	w := bufio.NewWriterSize(c.client, 64<<10)
+	defer func() {
+		w.Flush()
+		reason, _ := c.reason.Load().(string)
+		if reason == "" {
+			reason = "client_closed"
+		}
+		c.close(reason)
+	}()
+	m := c.s.metrics
+	for p := range c.order {
+		select {
+		case <-p.done:
+		case <-c.closed:
+			return
+		}
+		if p.err != nil {
+			return
+		}
+		frame := p.frame
+		if !p.local {
+			var err error
+			if frame, err = c.rewrite(p); err != nil {
+				m.UpstreamErrs.WithLabelValues("decode").Inc()
+				c.log.Warn("closing connection: could not decode an upstream response to rewrite it",
+					"api", kmsg.NameForKey(p.hdr.Key), "version", p.hdr.Version, "err", err)
+				c.stopReading("malformed_upstream_response")
+				return
+			}
+			setCorrelationID(frame, respCorrOffset, p.hdr.CorrelationID)
+		}
+		if _, err := w.Write(frame); err != nil {
+			c.close("client_write_error")
+			return
+		}
+		if len(c.order) == 0 {
+			if err := w.Flush(); err != nil {
+				c.close("client_write_error")
+				return
+			}
+		}
+		m.respBytes[p.hdr.Key].Add(float64(len(frame)))
+		m.latency[p.hdr.Key].Observe(time.Since(p.start).Seconds())
+	}
+}
+
+// rewrite decodes, rewrites and re-encodes a response when its key has a
+// rewriter; otherwise it returns the frame as it came.
+func (c *conn) rewrite(p *pending) ([]byte, error) {
+	fn := intercept.Rewriter(p.hdr.Key)
+	if fn == nil {
+		return p.frame, nil
+	}
+	frame := p.frame
+	off, err := ResponseBodyOffset(frame, p.hdr.Key, p.hdr.Flexible)
+	if err != nil {
+		return nil, err
+	}
+	resp := kmsg.ResponseForKey(p.hdr.Key)
+	resp.SetVersion(p.hdr.Version)
+	if p.hdr.Key == kmsg.ApiVersions.Int16() && len(frame) >= off+2 &&
+		int16(binary.BigEndian.Uint16(frame[off:])) == kerr.UnsupportedVersion.Code {
+		resp.SetVersion(0) // brokers answer an unsupported ApiVersions version at v0
+	}
+	if err := resp.ReadFrom(frame[off:]); err != nil {
+		return nil, err
+	}
+	if !fn(c.s.env, resp) {
+		return frame, nil
+	}
+	c.s.metrics.Rewrites.WithLabelValues(kmsg.NameForKey(p.hdr.Key)).Inc()
+	out := make([]byte, off, len(frame)+64)
+	copy(out, frame[:off])
+	out = resp.AppendTo(out)
+	binary.BigEndian.PutUint32(out, uint32(len(out)-4))
+	return out, nil
+}
+
+// Inject sends the proxy's own request upstream on this connection, after
+// everything the client sent before it, and returns the response, which the
+// client never sees.
+func (c *conn) Inject(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	type result struct {
+		frame []byte
+		err   error
+	}
+	ch := make(chan result, 1)
+	p := &pending{hdr: RequestHeader{Key: req.Key(), Version: req.GetVersion(), Flexible: req.IsFlexible()},
+		inject: func(f []byte, err error) { ch <- result{f, err} }}
+	c.wmu.Lock()
+	if c.upDead != nil {
+		c.wmu.Unlock()
+		return nil, c.upDead
+	}
+	corr := c.nextCorr
+	c.nextCorr++
+	p.upCorr = corr
+	select {
+	case c.upq <- p:
+	default:
+		c.wmu.Unlock()
+		return nil, errors.New("too many requests in flight on this connection")
+	}
+	_, err := c.upw.Write(EncodeRequestFrame(corr, "sharetx", req))
+	if err == nil {
+		err = c.upw.Flush()
+	}
+	if err != nil {
+		c.upDead = err
+		c.wmu.Unlock()
+		c.close("upstream_write_error")
+		return nil, err
+	}
+	c.wmu.Unlock()
+	c.s.metrics.Injected.Inc()
+	var res result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if res.err != nil {
+		return nil, res.err
+	}
+	off, err := ResponseBodyOffset(res.frame, req.Key(), req.IsFlexible())
+	if err != nil {
+		return nil, err
+	}
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(res.frame[off:]); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// hasFullFrame reports whether r already holds a whole next frame.
+func hasFullFrame(r *bufio.Reader) bool {
+	if r.Buffered() < 4 {
+		return false
+	}
+	b, err := r.Peek(4)
+	if err != nil {
+		return false
+	}
+	n := int32(binary.BigEndian.Uint32(b))
+	return n >= 0 && r.Buffered()-4 >= int(n)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func frameOf(req kmsg.Request, corr int32, clientID string) []byte {
+	return EncodeRequestFrame(corr, clientID, req)
+}
+
+func TestReadFrame(t *testing.T) {
+	f := frameOf(kmsg.NewPtrMetadataRequest(), 5, "c")
+	got, err := ReadFrame(bytes.NewReader(f), 1<<20)
+	if err != nil || !bytes.Equal(got, f) {
+		t.Fatalf("ReadFrame = %x, %v; want %x", got, err, f)
+	}
+	if _, err := ReadFrame(bytes.NewReader(f), len(f)-5); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("over the limit: %v, want ErrFrameTooLarge", err)
+	}
+	if _, err := ReadFrame(bytes.NewReader(f[:len(f)-1]), 1<<20); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated: %v, want ErrUnexpectedEOF", err)
+	}
+	if _, err := ReadFrame(bytes.NewReader(nil), 1<<20); !errors.Is(err, io.EOF) {
+		t.Fatalf("empty: %v, want EOF", err)
+	}
+	if _, err := ReadFrame(bytes.NewReader([]byte{0x80, 0, 0, 0}), 1<<20); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("negative size: %v, want ErrFrameTooLarge", err)
+	}
+}
+
+func TestParseRequestHeader(t *testing.T) {
+	for _, tc := range []struct {
+		req      kmsg.Request
+		version  int16
+		flexible bool
+	}{
+		{kmsg.NewPtrMetadataRequest(), 8, false},
+		{kmsg.NewPtrMetadataRequest(), 12, true},
+		{kmsg.NewPtrProduceRequest(), 8, false},
+		{kmsg.NewPtrProduceRequest(), 11, true},
+		{kmsg.NewPtrShareFetchRequest(), 1, true},
+		{kmsg.NewPtrApiVersionsRequest(), 3, true},
+	} {
+		tc.req.SetVersion(tc.version)
+		f := frameOf(tc.req, 77, "client-x")
+		h, err := ParseRequestHeader(f)
+		if err != nil {
+			t.Fatalf("%s v%d: %v", kmsg.NameForKey(tc.req.Key()), tc.version, err)
+		}
+		if h.Key != tc.req.Key() || h.Version != tc.version || h.CorrelationID != 77 || h.Flexible != tc.flexible ||
+			h.ClientID == nil || *h.ClientID != "client-x" {
+			t.Fatalf("%s v%d: header %+v", kmsg.NameForKey(tc.req.Key()), tc.version, h)
+		}
+		// The body decodes from BodyOffset.
+		back := kmsg.RequestForKey(h.Key)
+		back.SetVersion(h.Version)
+		if err := back.ReadFrom(f[h.BodyOffset:]); err != nil {
+			t.Fatalf("%s v%d: body does not decode from BodyOffset: %v", kmsg.NameForKey(h.Key), h.Version, err)
+		}
+	}
+}
+
+func TestProduceAcks(t *testing.T) {
+	for _, v := range []int16{2, 3, 8, 9, 12} {
+		for _, acks := range []int16{0, 1, -1} {
+			req := kmsg.NewPtrProduceRequest()
+			req.Version = v
+			req.Acks = acks
+			req.TimeoutMillis = 1000
+			txn := "my-txn"
+			req.TransactionID = &txn
+			f := frameOf(req, 1, "c")
+			h, err := ParseRequestHeader(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ProduceAcks(f, h)
+			if err != nil || got != acks {
+				t.Fatalf("v%d acks=%d: got %d, %v", v, acks, got, err)
+			}
+		}
+	}
+}
+
+func TestResponseBodyOffset(t *testing.T) {
+	resp := kmsg.NewPtrMetadataResponse()
+	resp.Version = 12
+	f := EncodeResponseFrame(3, kmsg.Metadata.Int16(), resp)
+	off, err := ResponseBodyOffset(f, kmsg.Metadata.Int16(), true)
+	if err != nil || off != 9 {
+		t.Fatalf("offset %d, %v; want 9", off, err)
+	}
+	av := kmsg.NewPtrApiVersionsResponse()
+	av.Version = 3
+	f = EncodeResponseFrame(3, kmsg.ApiVersions.Int16(), av)
+	if off, _ := ResponseBodyOffset(f, kmsg.ApiVersions.Int16(), true); off != 8 {
+		t.Fatalf("ApiVersions responses use header v0: offset %d, want 8", off)
+	}
+	if got := int32(binary.BigEndian.Uint32(f[4:])); got != 3 {
+		t.Fatalf("correlation id %d", got)
+	}
+}
+
+// FuzzReadFrame: any byte stream gives frames or an error, never a panic or
+// an allocation past the limit.
+func FuzzReadFrame(f *testing.F) {
+	f.Add(frameOf(kmsg.NewPtrMetadataRequest(), 1, "c"))
+	f.Add([]byte{0, 0, 0, 1, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		for {
+			fr, err := ReadFrame(r, 4096)
+			if err != nil {
+				return
+			}
+			if len(fr) > 4096+4 {
+				t.Fatalf("frame of %d bytes past the 4096 limit", len(fr))
+			}
+		}
+	})
+}
+
+// FuzzParseRequestHeader: any frame parses or errors; BodyOffset never
+// points past the frame; ProduceAcks never panics.
+func FuzzParseRequestHeader(f *testing.F) {
+	for _, req := range []kmsg.Request{kmsg.NewPtrMetadataRequest(), kmsg.NewPtrProduceRequest(), kmsg.NewPtrShareFetchRequest()} {
+		f.Add(frameOf(req, 1, "c"))
+		req.SetVersion(req.MaxVersion())
+		f.Add(frameOf(req, 1, "client"))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := ParseRequestHeader(b)
+		if err != nil {
+			return
+		}
+		if h.BodyOffset > len(b) {
+			t.Fatalf("body offset %d past frame of %d", h.BodyOffset, len(b))
+		}
+		if h.Key == kmsg.Produce.Int16() {
+			ProduceAcks(b, h)
+		}
+		ResponseBodyOffset(b, h.Key, h.Flexible)
+	})
+}

@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Metrics are the proxy's Prometheus series, all under the sharetx_
+// namespace. Per-API series are resolved once per key at start, so the hot
+// path does no label lookups.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	ConnsActive   *prometheus.GaugeVec
+	ConnsTotal    *prometheus.CounterVec
+	ConnsClosed   *prometheus.CounterVec
+	UpstreamErrs  *prometheus.CounterVec
+	Rewrites      *prometheus.CounterVec
+	UpstreamNodes prometheus.Gauge
+	Injected      prometheus.Counter
+
+	requests  [kmsg.MaxKey + 1]prometheus.Counter
+	reqBytes  [kmsg.MaxKey + 1]prometheus.Counter
+	respBytes [kmsg.MaxKey + 1]prometheus.Counter
+	latency   [kmsg.MaxKey + 1]prometheus.Observer
+}
+
+// NewMetrics registers the proxy's metrics in a new registry.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{Registry: r}
+	m.ConnsActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sharetx", Name: "client_connections_active",
+		Help: "Client connections open now, by listener (bootstrap or broker node id)."}, []string{"listener"})
+	m.ConnsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_connections_total",
+		Help: "Client connections accepted, by listener."}, []string{"listener"})
+	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "connections_closed_total",
+		Help: "Connection pairs closed, by reason (client_closed, upstream_closed, frame_too_large, malformed_frame, unknown_api_key, idle, shutdown, ...)."}, []string{"reason"})
+	m.UpstreamErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "upstream_errors_total",
+		Help: "Errors talking to upstream brokers, by kind (dial, read, write, decode, discovery)."}, []string{"kind"})
+	m.Rewrites = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "rewrites_total",
+		Help: "Responses the proxy re-encoded after rewriting them, by API."}, []string{"api"})
+	m.UpstreamNodes = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "upstream_brokers",
+		Help: "Upstream brokers the proxy knows and serves a listener for."})
+	m.Injected = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "injected_requests_total",
+		Help: "Requests the proxy sent upstream on a client's connection on its own behalf."})
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "requests_total",
+		Help: "Client requests, by API."}, []string{"api"})
+	reqBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "request_bytes_total",
+		Help: "Bytes of client requests, by API."}, []string{"api"})
+	respBytes := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "response_bytes_total",
+		Help: "Bytes of responses sent to clients, by API."}, []string{"api"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sharetx", Name: "request_duration_seconds",
+		Help:    "Time from reading a request to writing its response, by API.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"api"})
+	r.MustRegister(m.ConnsActive, m.ConnsTotal, m.ConnsClosed, m.UpstreamErrs, m.Rewrites, m.UpstreamNodes, m.Injected,
+		requests, reqBytes, respBytes, latency)
+	for k := int16(0); k <= kmsg.MaxKey; k++ {
+		if kmsg.RequestForKey(k) == nil {
+			continue
+		}
+		name := kmsg.NameForKey(k)
+		m.requests[k] = requests.WithLabelValues(name)
+		m.reqBytes[k] = reqBytes.WithLabelValues(name)
+		m.respBytes[k] = respBytes.WithLabelValues(name)
+		m.latency[k] = latency.WithLabelValues(name)
+	}
+	return m
+}
+
+func known(key int16) bool { return key >= 0 && key <= kmsg.MaxKey && kmsg.RequestForKey(key) != nil }

@@ -1,0 +1,414 @@
+// Package proxy is the transparent Kafka proxy: a bootstrap listener plus
+// one listener per upstream broker (port per broker), each client
+// connection paired with one upstream connection to the broker its port
+// names. Frames that no handler needs pass through byte for byte apart from
+// the correlation id, which the proxy owns upstream.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/upstream"
+)
+
+// Server is one running proxy.
+type Server struct {
+	cfg     configs.Config
+	log     *slog.Logger
+	metrics *Metrics
+	dialer  *upstream.Dialer
+	tls     *tls.Config
+	env     *intercept.Env
+	advHost string
+	bindHst string
+
+	mu        sync.Mutex
+	nodes     map[int32]*node
+	bootstrap net.Listener
+	conns     map[*conn]struct{}
+	closing   bool
+	wg        sync.WaitGroup
+
+	// upstreamKeys is the union of API keys the upstream brokers advertised
+	// (nil until the first ApiVersions answer): a key outside it is never
+	// forwarded.
+	upstreamKeys atomic.Pointer[[kmsg.MaxKey + 1]bool]
+	ready        atomic.Bool
+	lastErr      atomic.Value // string: last discovery error
+	seedNext     atomic.Uint32
+}
+
+// node is one upstream broker and its proxy listener.
+type node struct {
+	id       int32
+	upstream string // host:port of the real broker
+	ln       net.Listener
+	port     int32
+}
+
+// New builds a server; Start opens its listeners.
+func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error) {
+	if len(cfg.Upstream.BootstrapServers) == 0 {
+		return nil, &configs.Error{Key: "upstream.bootstrap_servers", Msg: "no upstream brokers configured"}
+	}
+	d, err := upstream.NewDialer(cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	stls, err := upstream.ServerTLS(cfg.Listen.TLS)
+	if err != nil {
+		return nil, err
+	}
+	if metrics == nil {
+		metrics = NewMetrics()
+	}
+	bindHost, _, _ := net.SplitHostPort(cfg.Listen.Bootstrap)
+	s := &Server{
+		cfg:     cfg,
+		log:     log,
+		metrics: metrics,
+		dialer:  d,
+		tls:     stls,
+		advHost: cfg.AdvertisedHost(),
+		bindHst: bindHost,
+		nodes:   map[int32]*node{},
+		conns:   map[*conn]struct{}{},
+	}
+	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions}
+	return s, nil
+}
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Start opens the bootstrap listener. Broker listeners open as brokers are
+// discovered (Discover, or any Metadata-like response passing through).
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen.Bootstrap)
+	if err != nil {
+		return &configs.Error{Key: "listen.bootstrap", Msg: fmt.Sprintf("cannot listen: %v", err)}
+	}
+	s.mu.Lock()
+	s.bootstrap = ln
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.accept(ln, -1)
+	return nil
+}
+
+// BootstrapAddr is the address the bootstrap listener is bound to.
+func (s *Server) BootstrapAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bootstrap == nil {
+		return ""
+	}
+	_, port, _ := net.SplitHostPort(s.bootstrap.Addr().String())
+	return net.JoinHostPort(s.advHost, port)
+}
+
+// Broker describes one upstream broker and where the proxy serves it.
+type Broker struct {
+	NodeID   int32
+	Upstream string
+	Proxy    string
+}
+
+// Brokers lists the upstream brokers known now, by node id.
+func (s *Server) Brokers() []Broker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Broker, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		out = append(out, Broker{NodeID: n.id, Upstream: n.upstream, Proxy: net.JoinHostPort(s.advHost, strconv.Itoa(int(n.port)))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out
+}
+
+// Advertise implements intercept.Addresses: it records where node id lives
+// upstream, opens its listener the first time, and returns the proxy's
+// address for it. The listener is open before the rewritten response leaves
+// the proxy, so a client can dial it at once.
+func (s *Server) Advertise(id int32, host string, port int32) (string, int32) {
+	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[id]
+	if n == nil {
+		n = &node{id: id, upstream: addr}
+		s.nodes[id] = n
+		s.metrics.UpstreamNodes.Set(float64(len(s.nodes)))
+		if !s.closing {
+			s.listenNode(n)
+		}
+	} else if n.upstream != addr {
+		s.log.Info("upstream broker moved", "node", id, "from", n.upstream, "to", addr)
+		n.upstream = addr
+	}
+	return s.advHost, n.port
+}
+
+// listenNode opens the listener of n; s.mu is held. A failure is logged and
+// retried on the next Advertise of the node.
+func (s *Server) listenNode(n *node) {
+	want := s.cfg.BrokerPort(n.id)
+	if want > 65535 {
+		s.log.Error("no port for upstream broker: broker_port_base + node id is above 65535; set listen.broker_ports for it", "node", n.id)
+		return
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.bindHst, strconv.Itoa(want)))
+	if err != nil {
+		s.log.Error("cannot open the listener for upstream broker; clients cannot reach it through the proxy until it opens (set listen.broker_ports or free the port)",
+			"node", n.id, "port", want, "err", err)
+		return
+	}
+	n.ln = ln
+	n.port = int32(ln.Addr().(*net.TCPAddr).Port)
+	s.log.Info("serving upstream broker", "node", n.id, "upstream", n.upstream, "proxy", net.JoinHostPort(s.advHost, strconv.Itoa(int(n.port))))
+	s.wg.Add(1)
+	go s.accept(ln, n.id)
+}
+
+// accept serves one listener; node is -1 for the bootstrap listener.
+func (s *Server) accept(ln net.Listener, nodeID int32) {
+	defer s.wg.Done()
+	label := "bootstrap"
+	if nodeID >= 0 {
+		label = strconv.Itoa(int(nodeID))
+	}
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: wait, do not spin.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed", "listener", label, "err", err)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.metrics.ConnsTotal.WithLabelValues(label).Inc()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serve(c, nodeID, label)
+		}()
+	}
+}
+
+func (s *Server) serve(client net.Conn, nodeID int32, label string) {
+	if tc, ok := client.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if s.tls != nil {
+		tconn := tls.Server(client, s.tls)
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Upstream.DialTimeout)
+		err := tconn.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("client TLS handshake failed", "client", client.RemoteAddr().String(), "err", err)
+			s.metrics.ConnsClosed.WithLabelValues("client_tls_error").Inc()
+			client.Close()
+			return
+		}
+		client = tconn
+	}
+	up, err := s.dialUpstream(nodeID)
+	if err != nil {
+		s.metrics.UpstreamErrs.WithLabelValues("dial").Inc()
+		s.metrics.ConnsClosed.WithLabelValues("upstream_dial_error").Inc()
+		s.log.Warn("closing client connection: cannot reach the upstream broker", "client", client.RemoteAddr().String(), "listener", label, "err", err)
+		client.Close()
+		return
+	}
+	c := newConn(s, client, up, label)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		client.Close()
+		up.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	active := s.metrics.ConnsActive.WithLabelValues(label)
+	active.Inc()
+	c.run()
+	active.Dec()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// dialUpstream connects to the broker of nodeID, or for the bootstrap
+// listener to the first bootstrap server that answers.
+func (s *Server) dialUpstream(nodeID int32) (net.Conn, error) {
+	var addrs []string
+	if nodeID >= 0 {
+		s.mu.Lock()
+		n := s.nodes[nodeID]
+		if n != nil {
+			addrs = []string{n.upstream}
+		}
+		s.mu.Unlock()
+		if addrs == nil {
+			return nil, fmt.Errorf("no upstream address known for node %d", nodeID)
+		}
+	} else {
+		seeds := s.cfg.Upstream.BootstrapServers
+		start := int(s.seedNext.Add(1)) % len(seeds)
+		for i := range seeds {
+			addrs = append(addrs, seeds[(start+i)%len(seeds)])
+		}
+	}
+	var errs []error
+	for _, a := range addrs {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Upstream.DialTimeout)
+		c, err := s.dialer.DialContext(ctx, "tcp", a)
+		cancel()
+		if err == nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetNoDelay(true)
+			}
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// forwardable reports whether requests of key may go upstream: kmsg must
+// know the key (the proxy must be able to parse the header) and, once the
+// upstream told us its keys, one of its brokers must support it.
+func (s *Server) forwardable(key int16) bool {
+	if !known(key) {
+		return false
+	}
+	if ks := s.upstreamKeys.Load(); ks != nil {
+		return ks[key]
+	}
+	return true
+}
+
+func (s *Server) noteUpstreamVersions(resp *kmsg.ApiVersionsResponse) {
+	if resp.ErrorCode != 0 {
+		return
+	}
+	for {
+		old := s.upstreamKeys.Load()
+		var next [kmsg.MaxKey + 1]bool
+		if old != nil {
+			next = *old
+		}
+		changed := old == nil
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey >= 0 && k.ApiKey <= kmsg.MaxKey && !next[k.ApiKey] {
+				next[k.ApiKey] = true
+				changed = true
+			}
+		}
+		if !changed || s.upstreamKeys.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// Discover asks the cluster for its brokers once, opening listeners for new
+// ones. The first success makes the server ready.
+func (s *Server) Discover(ctx context.Context, cl *upstream.Client) ([]upstream.Broker, error) {
+	brokers, versions, err := cl.Discover(ctx)
+	if err != nil {
+		s.metrics.UpstreamErrs.WithLabelValues("discovery").Inc()
+		s.lastErr.Store(err.Error())
+		return nil, err
+	}
+	for _, b := range brokers {
+		s.Advertise(b.NodeID, b.Host, b.Port)
+	}
+	if versions != nil {
+		s.noteUpstreamVersions(versions)
+	}
+	s.lastErr.Store("")
+	s.ready.Store(true)
+	return brokers, nil
+}
+
+// RunDiscovery refreshes the broker list every metadata_refresh until ctx
+// ends.
+func (s *Server) RunDiscovery(ctx context.Context, cl *upstream.Client) {
+	t := time.NewTicker(s.cfg.Upstream.MetadataRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		dctx, cancel := context.WithTimeout(ctx, s.cfg.Upstream.DialTimeout)
+		if _, err := s.Discover(dctx, cl); err != nil && ctx.Err() == nil {
+			s.log.Warn("refreshing upstream brokers failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Ready reports whether the upstream cluster has answered, and the last
+// discovery error if any.
+func (s *Server) Ready() (bool, string) {
+	e, _ := s.lastErr.Load().(string)
+	return s.ready.Load(), e
+}
+
+// Shutdown stops accepting, lets requests already read finish and their
+// responses reach the clients, and closes every connection; whatever is
+// still open when ctx ends is closed at once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	if s.bootstrap != nil {
+		s.bootstrap.Close()
+	}
+	for _, n := range s.nodes {
+		if n.ln != nil {
+			n.ln.Close()
+		}
+	}
+	for c := range s.conns {
+		c.drain()
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	n := len(s.conns)
+	for c := range s.conns {
+		c.close("shutdown_forced")
+	}
+	s.mu.Unlock()
+	<-done
+	return fmt.Errorf("%d connections still busy after the shutdown grace period were closed", n)
+}
