@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"math/rand"
@@ -271,5 +272,47 @@ func TestUpstreamDiesMidStream(t *testing.T) {
 	c2.Close()
 	if !strings.Contains(p.Logs.String(), "upstream") {
 		t.Error("nothing logged about the upstream going away")
+	}
+}
+
+// TestShutdownDrains: on shutdown the proxy stops accepting, but a request
+// already in flight (a long-poll fetch) still gets its response.
+func TestShutdownDrains(t *testing.T) {
+	b := FakeBackend(t, 1)
+	p := StartProxy(t, b.Seeds)
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fetch := kmsg.NewPtrFetchRequest()
+	fetch.Version = 4
+	fetch.MaxWaitMillis = 1500
+	fetch.MinBytes = 1 << 20 // nothing will satisfy it: the broker waits the full time
+	fetch.MaxBytes = 1 << 20
+	c.Write(rawRequest(kmsg.Fetch.Int16(), 4, 11, fetch.AppendTo(nil)))
+	time.Sleep(100 * time.Millisecond) // the request is upstream now
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- p.Shutdown(ctx)
+	}()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := readResponse(c)
+	if err != nil {
+		t.Fatalf("in-flight request lost on shutdown: %v", err)
+	}
+	if got := int32(be32(resp)); got != 11 {
+		t.Fatalf("correlation id %d, want 11", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", p.Addr, time.Second); err == nil {
+		t.Fatal("still accepting after shutdown")
+	}
+	if closedCount(p, "shutdown") < 1 {
+		t.Error("the drained connection was not counted as closed for shutdown")
 	}
 }

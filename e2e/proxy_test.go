@@ -289,8 +289,21 @@ func TestAdminCalls(t *testing.T) {
 			fc.Version = v
 			fc.CoordinatorKey = "g1"
 			fc.CoordinatorKeys = []string{"g1", "g2", "g3"}
-			// Raw, so the version is exactly v (kgo would pick its own).
-			fresp := rawRoundTrip(t, p.Addr, fc).(*kmsg.FindCoordinatorResponse)
+			// Raw, so the version is exactly v (kgo would pick its own). A
+			// fresh broker answers COORDINATOR_NOT_AVAILABLE while it creates
+			// __consumer_offsets: retry that, as clients do.
+			var fresp *kmsg.FindCoordinatorResponse
+			Wait(t, 60*time.Second, "the group coordinator", func() bool {
+				fresp = rawRoundTrip(t, p.Addr, fc).(*kmsg.FindCoordinatorResponse)
+				retry := fresp.ErrorCode == kerr.CoordinatorNotAvailable.Code
+				for _, c := range fresp.Coordinators {
+					retry = retry || c.ErrorCode == kerr.CoordinatorNotAvailable.Code
+				}
+				if retry {
+					time.Sleep(500 * time.Millisecond)
+				}
+				return !retry
+			})
 			check := func(node int32, host string, port int32) {
 				if node < 0 {
 					return

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sharetx")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type daemon struct {
+	cmd   *exec.Cmd
+	lines chan string
+	all   *strings.Builder
+}
+
+// start runs the binary with env and waits for a line containing want.
+func start(t *testing.T, bin string, env []string, args ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, lines: make(chan string, 1000), all: &strings.Builder{}}
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			d.lines <- s.Text()
+		}
+		close(d.lines)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return d
+}
+
+// await returns the first line containing want.
+func (d *daemon) await(t *testing.T, want string) string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-d.lines:
+			if !ok {
+				t.Fatalf("sharetx exited before printing %q; output:\n%s", want, d.all.String())
+			}
+			d.all.WriteString(l + "\n")
+			if strings.Contains(l, want) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("sharetx did not print %q; output:\n%s", want, d.all.String())
+		}
+	}
+}
+
+func testEnv(dataDir string) []string {
+	return []string{
+		"SHARETX_LISTEN_BOOTSTRAP=127.0.0.1:0",
+		"SHARETX_LISTEN_BROKER_PORT_BASE=0",
+		"SHARETX_METRICS_ADDRESS=127.0.0.1:0",
+		"SHARETX_EMBEDDED_DATA_DIR=" + dataDir,
+	}
+}
+
+// TestZeroConfigStart: with no configuration sharetx starts an embedded
+// cluster and serves clients; it prints where to connect, the brokers and
+// the metrics address; SIGTERM stops it with exit code 0; a restart with
+// the same data directory keeps the topics.
+func TestZeroConfigStart(t *testing.T) {
+	bin := buildBinary(t)
+	dataDir := t.TempDir()
+	env := testEnv(dataDir)
+
+	d := start(t, bin, env)
+	d.await(t, "data is kept in "+dataDir)
+	line := d.await(t, "bootstrap.servers=")
+	addr := strings.TrimSpace(line[strings.Index(line, "bootstrap.servers=")+len("bootstrap.servers="):])
+	mline := d.await(t, "metrics at http://")
+	murl := strings.Fields(mline[strings.Index(mline, "http://"):])[0]
+	d.await(t, "is served at")
+	d.await(t, "sharetx: ready")
+
+	resp, err := http.Get(strings.Replace(murl, "/metrics", "/readyz", 1))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz: %v %v", err, resp)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("zero-config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "zero-config"); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	if err := cl.ProduceSync(ctx, kgo.StringRecord("hello")).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	cl.Close()
+
+	mresp, err := http.Get(murl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mresp.Body)
+	if !strings.Contains(string(body), `sharetx_requests_total{api="Produce"}`) {
+		t.Error("metrics do not count the Produce request")
+	}
+
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.await(t, "sharetx: stopped")
+	if err := d.cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v (want 0)", err)
+	}
+
+	// Restart on the same data: the topic and its record are still there.
+	d2 := start(t, bin, env)
+	line = d2.await(t, "bootstrap.servers=")
+	addr = strings.TrimSpace(line[strings.Index(line, "bootstrap.servers=")+len("bootstrap.servers="):])
+	d2.await(t, "sharetx: ready")
+	cons, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("zero-config"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	fs := cons.PollFetches(ctx)
+	if fs.NumRecords() != 1 || string(fs.Records()[0].Value) != "hello" {
+		t.Fatalf("after restart: %d records, errors %v", fs.NumRecords(), fs.Errors())
+	}
+}
+
+// TestBadConfig: a bad value stops start-up with exit code 2 and a message
+// that names the key.
+func TestBadConfig(t *testing.T) {
+	bin := buildBinary(t)
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(cfg, []byte("limits:\n  max_in_flight: -3\n"), 0o644)
+	out, err := exec.Command(bin, "--config", cfg).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit %v, want 2; output %s", err, out)
+	}
+	if !strings.Contains(string(out), "limits.max_in_flight") {
+		t.Fatalf("message does not name the key: %s", out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "SHARETX_UPSTREAM_DIAL_TIMEOUT=forever")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "upstream.dial_timeout") {
+		t.Fatalf("bad env value: %v %s", err, out)
+	}
+}
