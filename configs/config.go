@@ -68,7 +68,11 @@ type Upstream struct {
 	// embedded single-node cluster (see Embedded).
 	BootstrapServers []string      `yaml:"bootstrap_servers"`
 	TLS              ClientTLS     `yaml:"tls"`
-	DialTimeout      time.Duration `yaml:"dial_timeout"`
+	// SASL is the proxy's own identity, for its own requests (broker
+	// discovery). Clients' SASL exchanges pass through untouched and
+	// authenticate the clients themselves.
+	SASL        SASL          `yaml:"sasl"`
+	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// MetadataRefresh is how often the proxy asks the cluster for its
 	// brokers, to open listeners for new ones.
 	MetadataRefresh time.Duration `yaml:"metadata_refresh"`
@@ -83,6 +87,13 @@ type ClientTLS struct {
 	KeyFile            string `yaml:"key_file"`
 	ServerName         string `yaml:"server_name"`
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// SASL credentials of the proxy's own client.
+type SASL struct {
+	Mechanism string `yaml:"mechanism"` // empty (none), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"`
 }
 
 // Limits bound what one connection may hold.
@@ -385,6 +396,15 @@ func (c *Config) Validate() error {
 				}
 			}
 		}
+	}
+	switch c.Upstream.SASL.Mechanism {
+	case "":
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.Upstream.SASL.Username == "" {
+			return errorf("upstream.sasl.username", "must be set with mechanism %s", c.Upstream.SASL.Mechanism)
+		}
+	default:
+		return errorf("upstream.sasl.mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (empty: no SASL)", c.Upstream.SASL.Mechanism)
 	}
 	if c.Upstream.DialTimeout <= 0 {
 		return errorf("upstream.dial_timeout", "must be positive, e.g. 10s")

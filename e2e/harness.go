@@ -129,8 +129,11 @@ func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 	if err := srv.Start(); err != nil {
 		t.Fatalf("proxy start: %v", err)
 	}
-	d, _ := upstream.NewDialer(cfg.Upstream)
-	cl, err := upstream.NewClient(seeds, d)
+	d, err := upstream.NewDialer(cfg.Upstream)
+	if err != nil {
+		t.Fatalf("dialer: %v", err)
+	}
+	cl, err := upstream.NewClient(seeds, d, cfg.Upstream.SASL)
 	if err != nil {
 		t.Fatalf("proxy upstream client: %v", err)
 	}

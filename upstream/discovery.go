@@ -6,6 +6,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/sharetx/sharetx/configs"
 )
 
 // Broker is one upstream broker as the cluster describes it.
@@ -24,9 +28,19 @@ type Client struct {
 	*kgo.Client
 }
 
-// NewClient connects to the cluster's bootstrap servers through d.
-func NewClient(seeds []string, d *Dialer, opts ...kgo.Opt) (*Client, error) {
-	all := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.Dialer(d.DialContext), kgo.ClientID("sharetx")}, opts...)
+// NewClient connects to the cluster's bootstrap servers through d, with the
+// proxy's own SASL identity if one is configured.
+func NewClient(seeds []string, d *Dialer, auth configs.SASL, opts ...kgo.Opt) (*Client, error) {
+	all := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.Dialer(d.DialContext), kgo.ClientID("sharetx")}
+	switch auth.Mechanism {
+	case "PLAIN":
+		all = append(all, kgo.SASL(plain.Auth{User: auth.Username, Pass: auth.Password}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		all = append(all, kgo.SASL(scram.Auth{User: auth.Username, Pass: auth.Password}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		all = append(all, kgo.SASL(scram.Auth{User: auth.Username, Pass: auth.Password}.AsSha512Mechanism()))
+	}
+	all = append(all, opts...)
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, err

@@ -111,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sharetx: configuration: %v\n", err)
 		return 2
 	}
-	cl, err := upstream.NewClient(cfg.Upstream.BootstrapServers, dialer)
+	cl, err := upstream.NewClient(cfg.Upstream.BootstrapServers, dialer, cfg.Upstream.SASL)
 	if err != nil {
 		fmt.Fprintf(stderr, "sharetx: upstream client: %v\n", err)
 		return 1
