@@ -66,8 +66,8 @@ type ServerTLS struct {
 type Upstream struct {
 	// BootstrapServers of the real cluster. Empty: sharetx starts an
 	// embedded single-node cluster (see Embedded).
-	BootstrapServers []string      `yaml:"bootstrap_servers"`
-	TLS              ClientTLS     `yaml:"tls"`
+	BootstrapServers []string  `yaml:"bootstrap_servers"`
+	TLS              ClientTLS `yaml:"tls"`
 	// SASL is the proxy's own identity, for its own requests (broker
 	// discovery). Clients' SASL exchanges pass through untouched and
 	// authenticate the clients themselves.

@@ -153,9 +153,9 @@ func (c *conn) readClient() {
 			c.stopReading("unknown_api_key")
 			return
 		}
-		m := c.s.metrics
-		m.requests[hdr.Key].Inc()
-		m.reqBytes[hdr.Key].Add(float64(len(frame)))
+		api := c.s.metrics.api(hdr.Key)
+		api.requests.Inc()
+		api.reqBytes.Add(float64(len(frame)))
 		p := &pending{hdr: hdr, start: time.Now(), done: make(chan struct{})}
 
 		if resp := c.answerLocally(hdr); resp != nil {
@@ -389,8 +389,9 @@ func (c *conn) writeClient() {
 				return
 			}
 		}
-		m.respBytes[p.hdr.Key].Add(float64(len(frame)))
-		m.latency[p.hdr.Key].Observe(time.Since(p.start).Seconds())
+		api := m.api(p.hdr.Key)
+		api.respBytes.Add(float64(len(frame)))
+		api.latency.Observe(time.Since(p.start).Seconds())
 	}
 }
 

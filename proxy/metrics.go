@@ -1,13 +1,15 @@
 package proxy
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Metrics are the proxy's Prometheus series, all under the sharetx_
-// namespace. Per-API series are resolved once per key at start, so the hot
-// path does no label lookups.
+// namespace. Per-API series are resolved once per key, on first use, so the
+// hot path does no label lookups.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -19,10 +21,34 @@ type Metrics struct {
 	UpstreamNodes prometheus.Gauge
 	Injected      prometheus.Counter
 
-	requests  [kmsg.MaxKey + 1]prometheus.Counter
-	reqBytes  [kmsg.MaxKey + 1]prometheus.Counter
-	respBytes [kmsg.MaxKey + 1]prometheus.Counter
-	latency   [kmsg.MaxKey + 1]prometheus.Observer
+	requestsVec  *prometheus.CounterVec
+	reqBytesVec  *prometheus.CounterVec
+	respBytesVec *prometheus.CounterVec
+	latencyVec   *prometheus.HistogramVec
+	perAPI       [kmsg.MaxKey + 1]atomic.Pointer[apiSeries]
+}
+
+// apiSeries are the series of one API key, resolved on its first request so
+// /metrics lists only the APIs that were used.
+type apiSeries struct {
+	requests, reqBytes, respBytes prometheus.Counter
+	latency                       prometheus.Observer
+}
+
+// api returns the series of key, which must be known to kmsg.
+func (m *Metrics) api(key int16) *apiSeries {
+	if s := m.perAPI[key].Load(); s != nil {
+		return s
+	}
+	name := kmsg.NameForKey(key)
+	s := &apiSeries{
+		requests:  m.requestsVec.WithLabelValues(name),
+		reqBytes:  m.reqBytesVec.WithLabelValues(name),
+		respBytes: m.respBytesVec.WithLabelValues(name),
+		latency:   m.latencyVec.WithLabelValues(name),
+	}
+	m.perAPI[key].CompareAndSwap(nil, s)
+	return m.perAPI[key].Load()
 }
 
 // NewMetrics registers the proxy's metrics in a new registry.
@@ -54,16 +80,7 @@ func NewMetrics() *Metrics {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"api"})
 	r.MustRegister(m.ConnsActive, m.ConnsTotal, m.ConnsClosed, m.UpstreamErrs, m.Rewrites, m.UpstreamNodes, m.Injected,
 		requests, reqBytes, respBytes, latency)
-	for k := int16(0); k <= kmsg.MaxKey; k++ {
-		if kmsg.RequestForKey(k) == nil {
-			continue
-		}
-		name := kmsg.NameForKey(k)
-		m.requests[k] = requests.WithLabelValues(name)
-		m.reqBytes[k] = reqBytes.WithLabelValues(name)
-		m.respBytes[k] = respBytes.WithLabelValues(name)
-		m.latency[k] = latency.WithLabelValues(name)
-	}
+	m.requestsVec, m.reqBytesVec, m.respBytesVec, m.latencyVec = requests, reqBytes, respBytes, latency
 	return m
 }
 
