@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: run build test unit test-kfake kafka-up kafka-down kafka-status fuzz vet
+.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet
 
 run:
 	go run ./cmd/sharetx
@@ -18,14 +18,19 @@ vet:
 	go vet ./...
 
 # Every test: unit tests, fuzz seeds, and the end-to-end suite against kfake
-# AND a real Apache Kafka broker (started here from Maven Central jars, left
-# running for the next run; `make kafka-down` stops it), then a short fuzz
-# of every decoder.
+# AND a real Apache Kafka cluster (started here from Maven Central jars):
+# the whole suite on one node, then the e2e suite again on three nodes
+# (leaders spread, Java clients following metadata). Then a short fuzz of
+# every decoder. The last cluster is left running; `make kafka-down` stops it.
 test: vet
-	@seeds=$$($(KAFKA) up | tail -n 1) && echo "real broker: $$seeds (Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s))" && \
-	E2E_KAFKA_SEEDS=$$seeds E2E_REQUIRE_KAFKA=1 E2E_KAFKA_SCRIPT=$(CURDIR)/e2e/kafka/kafka.sh \
-	  go test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 PKGS=./...
+	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 PKGS=./e2e
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+PKGS ?= ./...
+e2e-on:
+	@seeds=$$($(KAFKA) up | tail -n 1) && echo "== real Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s): $$seeds; go test $(PKGS)" && \
+	E2E_KAFKA_SEEDS=$$seeds E2E_REQUIRE_KAFKA=1 go test $(GO_TEST_FLAGS) $(PKGS)
 
 # The same suite without a real broker (kfake only; the real-broker halves skip).
 test-kfake:
@@ -35,6 +40,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./proxy
 	go test -run '^$$' -fuzz '^FuzzParseRequestHeader$$' -fuzztime $(FUZZTIME) ./proxy
 	go test -run '^$$' -fuzz '^FuzzRewriters$$' -fuzztime $(FUZZTIME) ./intercept
+	go test -run '^$$' -fuzz '^FuzzTxnShareAcknowledge$$' -fuzztime $(FUZZTIME) ./intercept
 
 kafka-up:
 	@$(KAFKA) up
