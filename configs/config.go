@@ -33,6 +33,28 @@ type Config struct {
 	Metrics  Metrics  `yaml:"metrics"`
 	Log      Log      `yaml:"log"`
 	Embedded Embedded `yaml:"embedded"`
+	KIP1289  KIP1289  `yaml:"kip1289"`
+}
+
+// KIP1289 configures transactional share-group acknowledgements.
+type KIP1289 struct {
+	// APIKey of TxnShareAcknowledge. Kafka 4.4 uses 93 and 94 (the KIP's
+	// draft numbers), so the default is 95; start-up fails if the cluster
+	// advertises the key itself.
+	APIKey int `yaml:"api_key"`
+	// ShadowTopic holds staged acknowledgements (created when missing).
+	ShadowTopic       string `yaml:"shadow_topic"`
+	ShadowPartitions  int    `yaml:"shadow_partitions"`
+	ShadowReplication int    `yaml:"shadow_replication"` // -1: the broker default
+	// MaxPendingRecords bounds the records held TX_PENDING or committed
+	// and not yet applied; past it TxnShareAcknowledge is refused.
+	MaxPendingRecords int `yaml:"max_pending_records"`
+	// ClientAcks of TX_PENDING or committed offsets: "absorb" answers them
+	// as successful without forwarding (franz-go's share consumer accepts
+	// the previous poll implicitly); "reject" answers INVALID_RECORD_STATE.
+	ClientAcks string `yaml:"client_acks"`
+	// ProxyID names this process in the shadow records; empty: host-pid.
+	ProxyID string `yaml:"proxy_id"`
 }
 
 // Listen is the client-facing side: where clients connect and what address
@@ -160,6 +182,14 @@ func Default() Config {
 		Metrics:  Metrics{Address: "127.0.0.1:9644"},
 		Log:      Log{Level: "info", Format: "text"},
 		Embedded: Embedded{Brokers: 1},
+		KIP1289: KIP1289{
+			APIKey:            95,
+			ShadowTopic:       "__sharetx_shadow",
+			ShadowPartitions:  8,
+			ShadowReplication: -1,
+			MaxPendingRecords: 1_000_000,
+			ClientAcks:        "absorb",
+		},
 	}
 }
 
@@ -438,6 +468,26 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		return errorf("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	if k := c.KIP1289.APIKey; k < 0 || k > 32767 {
+		return errorf("kip1289.api_key", "%d is not an API key (0..32767; default 95)", k)
+	} else if k <= 94 {
+		return errorf("kip1289.api_key", "%d is a key Kafka already uses (Kafka 4.4 uses up to 94); use 95 or higher", k)
+	}
+	if c.KIP1289.ShadowTopic == "" {
+		return errorf("kip1289.shadow_topic", "must be set (default __sharetx_shadow)")
+	}
+	if c.KIP1289.ShadowPartitions < 2 {
+		return errorf("kip1289.shadow_partitions", "%d: at least 2 are needed (a client writes its filler record to another partition than the proxy)", c.KIP1289.ShadowPartitions)
+	}
+	if r := c.KIP1289.ShadowReplication; r == 0 || r < -1 {
+		return errorf("kip1289.shadow_replication", "%d: use -1 (broker default) or a positive factor", r)
+	}
+	if c.KIP1289.MaxPendingRecords < 1 {
+		return errorf("kip1289.max_pending_records", "must be positive")
+	}
+	if c.KIP1289.ClientAcks != "absorb" && c.KIP1289.ClientAcks != "reject" {
+		return errorf("kip1289.client_acks", "%q is not absorb or reject", c.KIP1289.ClientAcks)
 	}
 	if c.Embedded.Brokers < 1 || c.Embedded.Brokers > 9 {
 		return errorf("embedded.brokers", "%d is outside 1..9", c.Embedded.Brokers)

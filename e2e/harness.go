@@ -101,6 +101,14 @@ func StartProxy(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	for {
+		if err := p.StartKIP(ctx, p.Client); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatalf("proxy could not prepare the KIP-1289 path: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	return p
 }
 

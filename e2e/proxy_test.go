@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/intercept"
 )
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -344,8 +346,8 @@ func TestAdminCalls(t *testing.T) {
 }
 
 // TestApiVersionsCapped: the proxy caps decoded keys to what kmsg knows,
-// removes keys it would not forward, and keeps the feature tags (clients
-// choose transaction version 2 from them).
+// removes keys it would not forward, adds TxnShareAcknowledge, and keeps the
+// feature tags (clients choose transaction version 2 from them).
 func TestApiVersionsCapped(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
 		p := StartProxy(t, b.Seeds)
@@ -358,7 +360,12 @@ func TestApiVersionsCapped(t *testing.T) {
 		if len(resp.ApiKeys) == 0 {
 			t.Fatal("no api keys")
 		}
+		txnKey := false
 		for _, k := range resp.ApiKeys {
+			if k.ApiKey == intercept.DefaultTxnShareAcknowledgeKey {
+				txnKey = k.MinVersion == 0 && k.MaxVersion == 0
+				continue
+			}
 			r := kmsg.RequestForKey(k.ApiKey)
 			if r == nil {
 				t.Errorf("key %d is advertised but kmsg does not know it", k.ApiKey)
@@ -369,6 +376,9 @@ func TestApiVersionsCapped(t *testing.T) {
 					t.Errorf("%s advertised up to v%d, kmsg decodes up to v%d", kmsg.NameForKey(k.ApiKey), k.MaxVersion, r.MaxVersion())
 				}
 			}
+		}
+		if !txnKey {
+			t.Error("TxnShareAcknowledge (key 95, v0) is not advertised")
 		}
 		if b.Fake == nil { // a real 4.2+ broker finalizes transaction.version=2
 			tv := int16(-1)

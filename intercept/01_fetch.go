@@ -4,7 +4,7 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 
 // Fetch v16+ carries KIP-951 NodeEndpoints (tag 0) when the leader moved.
 func init() {
-	register(kmsg.Fetch, func(env *Env, r kmsg.Response) bool {
+	register(kmsg.Fetch, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.FetchResponse)
 		changed := false
 		for i := range resp.Brokers {

@@ -6,7 +6,7 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // listener. Advertise also opens the listener of a broker seen for the first
 // time, before the client can dial it.
 func init() {
-	register(kmsg.Metadata, func(env *Env, r kmsg.Response) bool {
+	register(kmsg.Metadata, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.MetadataResponse)
 		changed := false
 		for i := range resp.Brokers {

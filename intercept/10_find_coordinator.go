@@ -5,7 +5,7 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // FindCoordinator v0-v3 names one coordinator at the top level; v4+ batches
 // keys in Coordinators. Errors carry node id -1 and are left alone.
 func init() {
-	register(kmsg.FindCoordinator, func(env *Env, r kmsg.Response) bool {
+	register(kmsg.FindCoordinator, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.FindCoordinatorResponse)
 		changed := false
 		if resp.Version < 4 && resp.ErrorCode == 0 {

@@ -1,6 +1,13 @@
 package intercept
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // ApiVersions: keys kmsg does not know are removed (the proxy refuses to
 // forward them: a broker closes the connection on a key it does not know,
@@ -10,12 +17,16 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // SupportedFeatures / FinalizedFeatures that clients read transaction
 // version 2 from, passes through: kmsg keeps unknown tags too.
 func init() {
-	register(kmsg.ApiVersions, func(env *Env, r kmsg.Response) bool {
+	register(kmsg.ApiVersions, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ApiVersionsResponse)
 		if env.UpstreamVersions != nil {
 			env.UpstreamVersions(resp)
 		}
-		return CapApiVersions(resp)
+		changed := CapApiVersions(resp)
+		if env.KIP != nil && resp.ErrorCode == 0 {
+			changed = env.KIP.advertise(resp) || changed
+		}
+		return changed
 	})
 }
 
@@ -43,4 +54,55 @@ func CapApiVersions(resp *kmsg.ApiVersionsResponse) bool {
 	}
 	resp.ApiKeys = keep
 	return changed
+}
+
+// advertise adds TxnShareAcknowledge to an ApiVersions response, unless the
+// cluster itself uses the key: then the proxy must not answer that key, and
+// says so loudly.
+func (e *KIP1289) advertise(resp *kmsg.ApiVersionsResponse) bool {
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == e.key {
+			e.conflict.Store(true)
+			e.log.Error("the upstream cluster advertises the API key configured for TxnShareAcknowledge; set kip1289.api_key to a key the cluster does not use", "api_key", e.key)
+			return false
+		}
+	}
+	k := kmsg.NewApiVersionsResponseApiKey()
+	k.ApiKey, k.MinVersion, k.MaxVersion = e.key, 0, 0
+	resp.ApiKeys = append(resp.ApiKeys, k)
+	return true
+}
+
+// CheckUpstream fails when the cluster advertises the TxnShareAcknowledge
+// key itself.
+func (e *KIP1289) CheckUpstream(resp *kmsg.ApiVersionsResponse) error {
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == e.key {
+			e.conflict.Store(true)
+			return fmt.Errorf("the upstream cluster advertises API key %d, which kip1289.api_key configures for TxnShareAcknowledge: choose a key the cluster does not use", e.key)
+		}
+	}
+	return nil
+}
+
+// Serves reports whether the proxy answers key itself.
+func (e *KIP1289) Serves(key int16) bool { return key == e.key && !e.conflict.Load() }
+
+// TxnHook answers a TxnShareAcknowledge request, off the read loop.
+func (e *KIP1289) TxnHook(r *Request) Action {
+	req := &TxnShareAcknowledgeRequest{APIKey: e.key, Version: r.Version}
+	if r.Version != 0 {
+		return Action{Local: &TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.UnsupportedVersion.Code}}
+	}
+	if err := req.ReadFrom(r.Body()); err != nil {
+		msg := "sharetx: malformed TxnShareAcknowledge: " + err.Error()
+		return Action{Local: &TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code, ErrorMessage: &msg}}
+	}
+	return Action{Async: func() kmsg.Response {
+		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
+		defer cancel()
+		resp := e.Stage(ctx, req)
+		resp.APIKey = e.key
+		return resp
+	}}
 }

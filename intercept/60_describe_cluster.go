@@ -6,7 +6,7 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // EndpointType 2 (controllers) a broker answers an error, so only broker
 // lists reach here.
 func init() {
-	register(kmsg.DescribeCluster, func(env *Env, r kmsg.Response) bool {
+	register(kmsg.DescribeCluster, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.DescribeClusterResponse)
 		if resp.EndpointType == 2 {
 			return false

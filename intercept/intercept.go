@@ -9,6 +9,7 @@
 package intercept
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,11 +31,71 @@ type Env struct {
 	// UpstreamVersions, if set, is told every ApiVersions response the
 	// upstream sent, before the proxy caps it.
 	UpstreamVersions func(*kmsg.ApiVersionsResponse)
+	// KIP is the transactional-acknowledgement engine; nil disables it.
+	KIP *KIP1289
+}
+
+// Conn is the client connection a request arrived on, as a hook sees it.
+type Conn interface {
+	// Node is the upstream broker's node id, -1 when unknown.
+	Node() int32
+	// StartInject writes req upstream on this connection, after everything
+	// written so far, and returns a function that waits for the response
+	// (which the client never sees).
+	StartInject(req kmsg.Request) (wait func(context.Context) (kmsg.Response, error), err error)
+	// Done is closed when the connection pair has closed.
+	Done() <-chan struct{}
+}
+
+// Request is a client request as a hook sees it.
+type Request struct {
+	Conn       Conn
+	Key        int16
+	Version    int16
+	Frame      []byte // the whole frame, size prefix included
+	BodyOffset int
+}
+
+// Body is the request body.
+func (r *Request) Body() []byte { return r.Frame[r.BodyOffset:] }
+
+// Action is what a request hook decides. The zero Action forwards the
+// request unchanged.
+type Action struct {
+	// Body replaces the request body (the header is kept).
+	Body []byte
+	// Local answers the request now; nothing is forwarded.
+	Local kmsg.Response
+	// Async answers the request later, off the connection's read loop;
+	// nothing is forwarded. Responses still reach the client in order.
+	Async func() kmsg.Response
+	// After runs once the request was written upstream, or was not.
+	After func()
+	// State is handed to the response rewriter of this request.
+	State any
+	// Close closes the connection, with this reason, after the responses
+	// owed to earlier requests.
+	Close string
+}
+
+// RequestHook decides what happens to a client request of its key.
+type RequestHook func(env *Env, r *Request) Action
+
+var hooks [kmsg.MaxKey + 1]RequestHook
+
+func registerHook(key kmsg.Key, fn RequestHook) { hooks[key] = fn }
+
+// Hook returns the request hook of key, or nil.
+func Hook(key int16) RequestHook {
+	if key < 0 || int(key) >= len(hooks) {
+		return nil
+	}
+	return hooks[key]
 }
 
 // ResponseRewriter may change a decoded response of its key; it returns true
-// if it did.
-type ResponseRewriter func(env *Env, resp kmsg.Response) bool
+// if it did. state is what the request hook returned, or nil.
+type ResponseRewriter func(env *Env, state any, resp kmsg.Response) bool
 
 var rewriters [kmsg.MaxKey + 1]ResponseRewriter
 

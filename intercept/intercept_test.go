@@ -32,7 +32,7 @@ func TestMetadataRewrite(t *testing.T) {
 		b.NodeID, b.Host, b.Port = i, fmt.Sprintf("broker%d", i), 9092
 		resp.Brokers = append(resp.Brokers, b)
 	}
-	if !Rewriter(kmsg.Metadata.Int16())(e, resp) {
+	if !Rewriter(kmsg.Metadata.Int16())(e, nil, resp) {
 		t.Fatal("no change reported")
 	}
 	for _, b := range resp.Brokers {
@@ -50,14 +50,14 @@ func TestFindCoordinatorRewrite(t *testing.T) {
 	old := kmsg.NewPtrFindCoordinatorResponse()
 	old.Version = 3
 	old.NodeID, old.Host, old.Port = 2, "b2", 9092
-	Rewriter(kmsg.FindCoordinator.Int16())(e, old)
+	Rewriter(kmsg.FindCoordinator.Int16())(e, nil, old)
 	if old.Host != "proxy" || old.Port != 1002 {
 		t.Errorf("v3 coordinator at %s:%d", old.Host, old.Port)
 	}
 	errResp := kmsg.NewPtrFindCoordinatorResponse()
 	errResp.Version = 3
 	errResp.ErrorCode, errResp.NodeID, errResp.Host, errResp.Port = 15, -1, "", -1
-	if Rewriter(kmsg.FindCoordinator.Int16())(e, errResp) {
+	if Rewriter(kmsg.FindCoordinator.Int16())(e, nil, errResp) {
 		t.Error("an error response was rewritten")
 	}
 	batched := kmsg.NewPtrFindCoordinatorResponse()
@@ -70,7 +70,7 @@ func TestFindCoordinatorRewrite(t *testing.T) {
 		}
 		batched.Coordinators = append(batched.Coordinators, c)
 	}
-	Rewriter(kmsg.FindCoordinator.Int16())(e, batched)
+	Rewriter(kmsg.FindCoordinator.Int16())(e, nil, batched)
 	for _, c := range batched.Coordinators {
 		if c.NodeID >= 0 && (c.Host != "proxy" || c.Port != 1000+c.NodeID) {
 			t.Errorf("batched coordinator %d at %s:%d", c.NodeID, c.Host, c.Port)
@@ -106,7 +106,7 @@ func TestNodeEndpointsRewrite(t *testing.T) {
 	dcb.NodeID, dcb.Host, dcb.Port = 8, "b8", 9092
 	dc.Brokers = append(dc.Brokers, dcb)
 	for _, r := range []kmsg.Response{p, f, sf, sa, dc} {
-		if !Rewriter(r.Key())(e, r) {
+		if !Rewriter(r.Key())(e, nil, r) {
 			t.Errorf("%s: no rewrite", kmsg.NameForKey(r.Key()))
 		}
 	}
@@ -178,7 +178,7 @@ func FuzzRewriters(f *testing.F) {
 			return
 		}
 		e, _ := env()
-		fn(e, resp)
+		fn(e, nil, resp)
 		out := resp.AppendTo(nil)
 		back := kmsg.ResponseForKey(key)
 		back.SetVersion(version)

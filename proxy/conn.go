@@ -27,7 +27,8 @@ import (
 type pending struct {
 	hdr   RequestHeader
 	start time.Time
-	local bool // answered by the proxy: frame is set before it is queued
+	local bool // answered by the proxy: frame is set once done is closed
+	state any  // from the request hook, for the response rewriter
 
 	upCorr int32
 	frame  []byte // the response frame, set before done is closed
@@ -54,6 +55,7 @@ type conn struct {
 	client   net.Conn
 	up       net.Conn
 	listener string
+	node     int32 // upstream node id, -1 unknown
 	log      *slog.Logger
 
 	// wmu orders the upstream wire: a correlation id is taken, the request
@@ -73,13 +75,14 @@ type conn struct {
 	draining  atomic.Bool
 }
 
-func newConn(s *Server, client, up net.Conn, listener string) *conn {
+func newConn(s *Server, client, up net.Conn, listener string, node int32) *conn {
 	max := s.cfg.Limits.MaxInFlight
 	c := &conn{
 		s:        s,
 		client:   client,
 		up:       up,
 		listener: listener,
+		node:     node,
 		upw:      bufio.NewWriterSize(up, 64<<10),
 		upq:      make(chan *pending, max+64),
 		order:    make(chan *pending, max),
@@ -147,7 +150,21 @@ func (c *conn) readClient() {
 			c.stopReading("malformed_frame")
 			return
 		}
-		if !c.s.forwardable(hdr.Key) {
+		var act intercept.Action
+		kip := c.s.env.KIP
+		switch {
+		case kip != nil && kip.Serves(hdr.Key):
+			// TxnShareAcknowledge: flexible v0, answered by the proxy.
+			if n, err := skipTags(frame[hdr.BodyOffset:]); err == nil {
+				hdr.BodyOffset += n
+				hdr.Flexible = true
+			}
+			act = kip.TxnHook(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			if !c.handleLocal(hdr, act) {
+				return
+			}
+			continue
+		case !c.s.forwardable(hdr.Key):
 			c.log.Warn("closing connection: request with an API key the proxy does not forward (a broker would close the connection too)",
 				"api_key", hdr.Key, "version", hdr.Version, "client_id", deref(hdr.ClientID))
 			c.stopReading("unknown_api_key")
@@ -167,6 +184,19 @@ func (c *conn) readClient() {
 			}
 			continue
 		}
+		if hook := intercept.Hook(hdr.Key); hook != nil {
+			act = hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			if act.Local != nil || act.Async != nil || act.Close != "" {
+				if !c.handleLocal(hdr, act) {
+					return
+				}
+				continue
+			}
+			p.state = act.State
+			if act.Body != nil {
+				frame = rebuildFrame(frame[:hdr.BodyOffset], act.Body)
+			}
+		}
 
 		expectResponse := true
 		if hdr.Key == kmsg.Produce.Int16() {
@@ -179,12 +209,54 @@ func (c *conn) readClient() {
 			expectResponse = acks != 0
 		}
 		if expectResponse && !c.enqueue(p) {
+			if act.After != nil {
+				act.After()
+			}
 			return
 		}
-		if err := c.send(frame, p, expectResponse); err != nil {
+		err = c.send(frame, p, expectResponse)
+		if act.After != nil {
+			act.After()
+		}
+		if err != nil {
 			return
 		}
 	}
+}
+
+// handleLocal carries out a hook's decision to answer (now or later) or to
+// close instead of forwarding; it returns false when reading must stop.
+func (c *conn) handleLocal(hdr RequestHeader, act intercept.Action) bool {
+	if act.After != nil {
+		defer act.After()
+	}
+	if act.Close != "" {
+		c.log.Warn("closing connection", "reason", act.Close, "api_key", hdr.Key)
+		c.stopReading(act.Close)
+		return false
+	}
+	p := &pending{hdr: hdr, start: time.Now(), done: make(chan struct{}), local: true}
+	switch {
+	case act.Local != nil:
+		p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, act.Local)
+		close(p.done)
+	case act.Async != nil:
+		go func() {
+			resp := act.Async()
+			p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, resp)
+			close(p.done)
+		}()
+	}
+	return c.enqueue(p)
+}
+
+// rebuildFrame joins a request header (with its size prefix) and a new body.
+func rebuildFrame(header, body []byte) []byte {
+	f := make([]byte, 0, len(header)+len(body))
+	f = append(f, header...)
+	f = append(f, body...)
+	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
+	return f
 }
 
 // enqueue puts p in client order; it blocks while max_in_flight requests
@@ -389,9 +461,11 @@ func (c *conn) writeClient() {
 				return
 			}
 		}
-		api := m.api(p.hdr.Key)
-		api.respBytes.Add(float64(len(frame)))
-		api.latency.Observe(time.Since(p.start).Seconds())
+		if known(p.hdr.Key) {
+			api := m.api(p.hdr.Key)
+			api.respBytes.Add(float64(len(frame)))
+			api.latency.Observe(time.Since(p.start).Seconds())
+		}
 	}
 }
 
@@ -416,7 +490,7 @@ func (c *conn) rewrite(p *pending) ([]byte, error) {
 	if err := resp.ReadFrom(frame[off:]); err != nil {
 		return nil, err
 	}
-	if !fn(c.s.env, resp) {
+	if !fn(c.s.env, p.state, resp) {
 		return frame, nil
 	}
 	c.s.metrics.Rewrites.WithLabelValues(kmsg.NameForKey(p.hdr.Key)).Inc()
@@ -427,10 +501,26 @@ func (c *conn) rewrite(p *pending) ([]byte, error) {
 	return out, nil
 }
 
+// Node implements intercept.Conn.
+func (c *conn) Node() int32 { return c.node }
+
+// Done implements intercept.Conn.
+func (c *conn) Done() <-chan struct{} { return c.closed }
+
 // Inject sends the proxy's own request upstream on this connection, after
 // everything the client sent before it, and returns the response, which the
 // client never sees.
 func (c *conn) Inject(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	wait, err := c.StartInject(req)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// StartInject implements intercept.Conn: the request is on the wire (in
+// order after what was written before) when it returns.
+func (c *conn) StartInject(req kmsg.Request) (func(context.Context) (kmsg.Response, error), error) {
 	type result struct {
 		frame []byte
 		err   error
@@ -464,25 +554,27 @@ func (c *conn) Inject(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 	}
 	c.wmu.Unlock()
 	c.s.metrics.Injected.Inc()
-	var res result
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if res.err != nil {
-		return nil, res.err
-	}
-	off, err := ResponseBodyOffset(res.frame, req.Key(), req.IsFlexible())
-	if err != nil {
-		return nil, err
-	}
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	if err := resp.ReadFrom(res.frame[off:]); err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return func(ctx context.Context) (kmsg.Response, error) {
+		var res result
+		select {
+		case res = <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if res.err != nil {
+			return nil, res.err
+		}
+		off, err := ResponseBodyOffset(res.frame, req.Key(), req.IsFlexible())
+		if err != nil {
+			return nil, err
+		}
+		resp := req.ResponseKind()
+		resp.SetVersion(req.GetVersion())
+		if err := resp.ReadFrom(res.frame[off:]); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}, nil
 }
 
 // hasFullFrame reports whether r already holds a whole next frame.

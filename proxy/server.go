@@ -22,6 +22,7 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/markers"
 	"github.com/sharetx/sharetx/upstream"
 )
 
@@ -48,6 +49,7 @@ type Server struct {
 	// forwarded.
 	upstreamKeys atomic.Pointer[[kmsg.MaxKey + 1]bool]
 	ready        atomic.Bool
+	tailer       *markers.Tailer
 	lastErr      atomic.Value // string: last discovery error
 	seedNext     atomic.Uint32
 }
@@ -88,7 +90,8 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		nodes:   map[int32]*node{},
 		conns:   map[*conn]struct{}{},
 	}
-	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions}
+	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions,
+		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry)}
 	return s, nil
 }
 
@@ -239,7 +242,11 @@ func (s *Server) serve(client net.Conn, nodeID int32, label string) {
 		client.Close()
 		return
 	}
-	c := newConn(s, client, up, label)
+	node := nodeID
+	if node < 0 {
+		node = s.nodeForAddr(up.RemoteAddr().String())
+	}
+	c := newConn(s, client, up, label, node)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -256,6 +263,18 @@ func (s *Server) serve(client net.Conn, nodeID int32, label string) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+}
+
+// nodeForAddr finds the node id of an upstream address, -1 if unknown.
+func (s *Server) nodeForAddr(addr string) int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, n := range s.nodes {
+		if n.upstream == addr {
+			return id
+		}
+	}
+	return -1
 }
 
 // dialUpstream connects to the broker of nodeID, or for the bootstrap
@@ -345,6 +364,10 @@ func (s *Server) Discover(ctx context.Context, cl *upstream.Client) ([]upstream.
 	}
 	if versions != nil {
 		s.noteUpstreamVersions(versions)
+		if err := s.env.KIP.CheckUpstream(versions); err != nil {
+			s.lastErr.Store(err.Error())
+			return nil, &FatalError{err}
+		}
 	}
 	s.lastErr.Store("")
 	s.ready.Store(true)
@@ -377,12 +400,22 @@ func (s *Server) Ready() (bool, string) {
 	return s.ready.Load(), e
 }
 
+// FatalError is a discovery result that retrying cannot fix.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
 // Shutdown stops accepting, lets requests already read finish and their
 // responses reach the clients, and closes every connection; whatever is
 // still open when ctx ends is closed at once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
+	if s.tailer != nil {
+		defer s.tailer.Close()
+	}
+	defer s.env.KIP.Close()
 	if s.bootstrap != nil {
 		s.bootstrap.Close()
 	}

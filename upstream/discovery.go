@@ -31,6 +31,16 @@ type Client struct {
 // NewClient connects to the cluster's bootstrap servers through d, with the
 // proxy's own SASL identity if one is configured.
 func NewClient(seeds []string, d *Dialer, auth configs.SASL, opts ...kgo.Opt) (*Client, error) {
+	cl, err := kgo.NewClient(append(ClientOpts(seeds, d, auth), opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cl}, nil
+}
+
+// ClientOpts are the options of every client the proxy itself runs against
+// the cluster: seeds, dialer (TLS) and its own SASL identity.
+func ClientOpts(seeds []string, d *Dialer, auth configs.SASL) []kgo.Opt {
 	all := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.Dialer(d.DialContext), kgo.ClientID("sharetx")}
 	switch auth.Mechanism {
 	case "PLAIN":
@@ -40,12 +50,7 @@ func NewClient(seeds []string, d *Dialer, auth configs.SASL, opts ...kgo.Opt) (*
 	case "SCRAM-SHA-512":
 		all = append(all, kgo.SASL(scram.Auth{User: auth.Username, Pass: auth.Password}.AsSha512Mechanism()))
 	}
-	all = append(all, opts...)
-	cl, err := kgo.NewClient(all...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{cl}, nil
+	return all
 }
 
 // Discover returns the cluster's brokers and its ApiVersions answer.

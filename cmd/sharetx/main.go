@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -134,11 +135,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			break
 		}
+		var fatal *proxy.FatalError
+		if errors.As(err, &fatal) {
+			fmt.Fprintf(stderr, "sharetx: %v\n", err)
+			srv.Shutdown(context.Background())
+			return 2
+		}
 		if ctx.Err() != nil {
 			return shutdown(srv, cfg, stdout, log)
 		}
 		fmt.Fprintf(stdout, "sharetx: upstream %s not reachable yet (attempt %d): %v; retrying\n",
 			strings.Join(cfg.Upstream.BootstrapServers, ","), attempt, err)
+		select {
+		case <-ctx.Done():
+			return shutdown(srv, cfg, stdout, log)
+		case <-time.After(min(time.Duration(attempt)*time.Second, 10*time.Second)):
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		err := srv.StartKIP(ctx, cl)
+		if err == nil {
+			fmt.Fprintf(stdout, "sharetx: TxnShareAcknowledge served on API key %d; shadow topic %s\n", cfg.KIP1289.APIKey, cfg.KIP1289.ShadowTopic)
+			break
+		}
+		if ctx.Err() != nil {
+			return shutdown(srv, cfg, stdout, log)
+		}
+		fmt.Fprintf(stdout, "sharetx: preparing transactional acknowledgements failed (attempt %d): %v; retrying\n", attempt, err)
 		select {
 		case <-ctx.Done():
 			return shutdown(srv, cfg, stdout, log)

@@ -1,0 +1,219 @@
+package client
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// AcknowledgeType is the type of a share-group acknowledgement. Inside a
+// transaction only Accept and Reject are allowed (KIP-1289).
+type AcknowledgeType int8
+
+const (
+	// Accept marks the record as processed.
+	Accept AcknowledgeType = 1
+	// Reject marks the record as unprocessable; it is archived, never
+	// redelivered.
+	Reject AcknowledgeType = 3
+)
+
+func (t AcknowledgeType) String() string {
+	switch t {
+	case Accept:
+		return "ACCEPT"
+	case Reject:
+		return "REJECT"
+	case 2:
+		return "RELEASE"
+	default:
+		return fmt.Sprintf("AcknowledgeType(%d)", int8(t))
+	}
+}
+
+func (t AcknowledgeType) valid() bool { return t == Accept || t == Reject }
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// ShareAcknowledgements collects acknowledgements of records polled by a kgo
+// share consumer (kgo.ShareGroup) to bind to a transaction with
+// SendShareAcknowledgementsToTransaction. It is not safe for concurrent use.
+type ShareAcknowledgements struct {
+	acks    map[topicPartition]map[int64]AcknowledgeType
+	n       int
+	invalid []string // problems found by Add, reported by Send
+}
+
+// NewShareAcknowledgements returns an empty set of acknowledgements.
+func NewShareAcknowledgements() *ShareAcknowledgements {
+	return &ShareAcknowledgements{acks: make(map[topicPartition]map[int64]AcknowledgeType)}
+}
+
+// Add acknowledges r with type t. Adding the same record (topic, partition,
+// offset) again replaces its type. Invalid input (nil record, record without
+// topic, a type other than Accept or Reject) is reported by
+// SendShareAcknowledgementsToTransaction, which then sends nothing.
+func (a *ShareAcknowledgements) Add(r *kgo.Record, t AcknowledgeType) {
+	switch {
+	case r == nil:
+		a.invalid = append(a.invalid, "nil record")
+		return
+	case r.Topic == "":
+		a.invalid = append(a.invalid, fmt.Sprintf("record at partition %d offset %d has no topic", r.Partition, r.Offset))
+		return
+	case r.Offset < 0 || r.Partition < 0:
+		a.invalid = append(a.invalid, fmt.Sprintf("%s[%d]@%d: negative partition or offset", r.Topic, r.Partition, r.Offset))
+		return
+	case !t.valid():
+		a.invalid = append(a.invalid, fmt.Sprintf("%s[%d]@%d: acknowledge type %v is not allowed in a transaction (only ACCEPT and REJECT)", r.Topic, r.Partition, r.Offset, t))
+		return
+	}
+	a.add(r.Topic, r.Partition, r.Offset, t)
+}
+
+func (a *ShareAcknowledgements) add(topic string, partition int32, offset int64, t AcknowledgeType) {
+	if a.acks == nil {
+		a.acks = make(map[topicPartition]map[int64]AcknowledgeType)
+	}
+	tp := topicPartition{topic, partition}
+	m := a.acks[tp]
+	if m == nil {
+		m = make(map[int64]AcknowledgeType)
+		a.acks[tp] = m
+	}
+	if _, dup := m[offset]; !dup {
+		a.n++
+	}
+	m[offset] = t
+}
+
+// Len returns the number of distinct records acknowledged.
+func (a *ShareAcknowledgements) Len() int {
+	if a == nil {
+		return 0
+	}
+	return a.n
+}
+
+func (a *ShareAcknowledgements) validate() error {
+	if len(a.invalid) == 0 {
+		return nil
+	}
+	if len(a.invalid) == 1 {
+		return fmt.Errorf("sharetx: invalid acknowledgement: %s", a.invalid[0])
+	}
+	return fmt.Errorf("sharetx: %d invalid acknowledgements, first: %s", len(a.invalid), a.invalid[0])
+}
+
+// ackBatch is a contiguous offset range with one type for all offsets, or one
+// type per offset.
+type ackBatch struct {
+	first, last int64
+	types       []int8
+}
+
+type partitionBatches struct {
+	partition int32
+	batches   []ackBatch
+}
+
+type topicBatches struct {
+	topic      string
+	partitions []partitionBatches
+}
+
+// batches groups the acknowledgements by topic (sorted by name) and partition
+// (sorted), and each partition's offsets (sorted) into contiguous ranges.
+func (a *ShareAcknowledgements) batches() []topicBatches {
+	byTopic := make(map[string][]int32)
+	for tp := range a.acks {
+		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
+	}
+	topics := make([]string, 0, len(byTopic))
+	for t := range byTopic {
+		topics = append(topics, t)
+	}
+	sort.Strings(topics)
+
+	out := make([]topicBatches, 0, len(topics))
+	for _, t := range topics {
+		parts := byTopic[t]
+		sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+		tb := topicBatches{topic: t}
+		for _, p := range parts {
+			tb.partitions = append(tb.partitions, partitionBatches{
+				partition: p,
+				batches:   buildBatches(a.acks[topicPartition{t, p}]),
+			})
+		}
+		out = append(out, tb)
+	}
+	return out
+}
+
+func buildBatches(m map[int64]AcknowledgeType) []ackBatch {
+	offsets := make([]int64, 0, len(m))
+	for o := range m {
+		offsets = append(offsets, o)
+	}
+	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
+
+	var out []ackBatch
+	for i := 0; i < len(offsets); {
+		j := i + 1
+		for j < len(offsets) && offsets[j] == offsets[j-1]+1 {
+			j++
+		}
+		run := offsets[i:j]
+		types := make([]int8, len(run))
+		same := true
+		for k, o := range run {
+			types[k] = int8(m[o])
+			if types[k] != types[0] {
+				same = false
+			}
+		}
+		if same {
+			types = types[:1]
+		}
+		out = append(out, ackBatch{first: run[0], last: run[len(run)-1], types: types})
+		i = j
+	}
+	return out
+}
+
+// ShareGroupMetadata identifies the share-group member whose acquired records
+// are acknowledged.
+type ShareGroupMetadata struct {
+	GroupID string
+	// MemberID of the share consumer; "" lets the proxy resolve the member
+	// that acquired the offsets (franz-go does not expose its member id).
+	MemberID string
+	// MemberEpoch of the share consumer; -1 means not checked.
+	MemberEpoch int32
+}
+
+// NewShareGroupMetadata returns the metadata for group with MemberID "" and
+// MemberEpoch -1: the proxy resolves the acquiring member.
+func NewShareGroupMetadata(group string) ShareGroupMetadata {
+	return ShareGroupMetadata{GroupID: group, MemberEpoch: -1}
+}
+
+// ReleaseForRedelivery acknowledges records with kgo.AckRelease. Call it
+// with the records whose acknowledgements were bound to a transaction when
+// that transaction aborts (or when SendShareAcknowledgementsToTransaction or
+// the commit fails): otherwise the share consumer's next poll implicitly
+// ACCEPTs them and they are never redelivered. Records already given a
+// terminal ack with Record.Ack are left as they are; records not from a share
+// fetch are ignored.
+func ReleaseForRedelivery(records ...*kgo.Record) {
+	for _, r := range records {
+		if r != nil {
+			r.Ack(kgo.AckRelease)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+// Package client is the franz-go side of sharetx: it lets an application bind
+// share-group acknowledgements to its Kafka transaction (KIP-1289,
+// transactional share-group acknowledgements). The acknowledgements are sent
+// to the sharetx proxy in a TxnShareAcknowledge request (a new API key,
+// default 95); the proxy stages them inside the transaction and applies them
+// to the share group if and only if the transaction commits.
+//
+// # Setup
+//
+// Both the share consumer and the transactional producer connect to the
+// proxy (kgo.SeedBrokers) and are built with ClientOpts appended to their
+// options. ClientOpts adds the TxnShareAcknowledge key to kgo's version table
+// (kgo refuses to send keys it does not know) and installs a record
+// partitioner that can place the touch record (below) on an exact partition.
+// Do not pass kgo.MaxVersions or kgo.RecordPartitioner after ClientOpts; use
+// the MaxVersions and Partitioner options of this package instead.
+//
+// # Consume-transform-produce
+//
+//	consumer, _ := kgo.NewClient(append([]kgo.Opt{
+//		kgo.SeedBrokers("sharetx:9092"),
+//		kgo.ShareGroup("orders-workers"),
+//		kgo.ConsumeTopics("orders"),
+//	}, client.ClientOpts()...)...)
+//	producer, _ := kgo.NewClient(append([]kgo.Opt{
+//		kgo.SeedBrokers("sharetx:9092"),
+//		kgo.TransactionalID("orders-worker-1"),
+//	}, client.ClientOpts()...)...)
+//	md := client.NewShareGroupMetadata("orders-workers")
+//
+//	for {
+//		fetches := consumer.PollRecords(ctx, 100)
+//		records := fetches.Records()
+//		if len(records) == 0 {
+//			continue
+//		}
+//		if err := producer.BeginTransaction(); err != nil {
+//			return err
+//		}
+//		acks := client.NewShareAcknowledgements()
+//		err := func() error {
+//			var outs []*kgo.Record
+//			for _, r := range records {
+//				out, err := process(r)
+//				if err != nil {
+//					acks.Add(r, client.Reject) // poison record: archived on commit
+//					continue
+//				}
+//				outs = append(outs, out)
+//				acks.Add(r, client.Accept)
+//			}
+//			if err := producer.ProduceSync(ctx, outs...).FirstErr(); err != nil {
+//				return err
+//			}
+//			return client.SendShareAcknowledgementsToTransaction(ctx, producer, acks, md)
+//		}()
+//		if err == nil {
+//			err = producer.EndTransaction(ctx, kgo.TryCommit)
+//		}
+//		if err != nil {
+//			// Abort, and release the records so they are redelivered.
+//			// (If the commit itself failed with an unknown outcome,
+//			// abort is still the right call: kgo retries it safely.)
+//			if aerr := producer.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
+//				log.Printf("abort: %v", aerr)
+//			}
+//			client.ReleaseForRedelivery(records...)
+//		}
+//		// Records processed by a committed transaction need nothing
+//		// more: the proxy applies their acknowledgements.
+//	}
+//
+// # The abort rule: call ReleaseForRedelivery
+//
+// IMPORTANT: franz-go's share consumer implicitly acknowledges every record
+// of the previous poll with ACCEPT on the next PollRecords (and releases
+// unacknowledged records on Close). The proxy absorbs client acknowledgements
+// of offsets that are staged in a transaction or committed, so after a commit
+// nothing needs to be done. After an ABORT, however, those records are
+// acquired again and the implicit ACCEPT would silently mark them processed
+// although the transaction that processed them never happened. So whenever a
+// transaction that carried acknowledgements aborts — or
+// SendShareAcknowledgementsToTransaction or EndTransaction(TryCommit) fails —
+// call ReleaseForRedelivery with the records before polling again: they are
+// acknowledged with RELEASE and redelivered. Do not Ack records yourself
+// (Record.Ack) while their acknowledgement is bound to a transaction; a
+// terminal Ack cannot be changed to RELEASE afterwards.
+//
+// # Ack-only transactions and the touch record
+//
+// kgo's EndTransaction sends no EndTxn when the client produced nothing in
+// the transaction, so a transaction that only acknowledges records (for
+// example one that rejects a whole poll) would never commit. To prevent that,
+// the first SendShareAcknowledgementsToTransaction of each transaction
+// produces one small touch record (value "sharetx-touch", header
+// "sharetx"="touch") to the proxy's shadow topic, on a partition the proxy
+// never writes this transactional id's staged acknowledgements to. The touch
+// record is produced before the TxnShareAcknowledge request, so that a
+// producer that is not inside a transaction fails before anything is staged.
+// Transactions are told apart by producer id and epoch, which change on every
+// EndTxn under transaction version 2; without transaction version 2 every
+// call touches. The shadow topic must have at least two partitions.
+//
+// # Limits
+//
+// franz-go does not expose the share consumer's member id and epoch, so
+// NewShareGroupMetadata leaves them to the proxy (MemberID "", MemberEpoch
+// -1); the proxy resolves the member that acquired the offsets. Only ACCEPT
+// and REJECT may be bound to a transaction.
+package client

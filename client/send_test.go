@@ -1,0 +1,430 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/sharetx/sharetx/intercept"
+)
+
+const testTxnID = "sharetx-client-test"
+
+func newCluster(t *testing.T, shadowPartitions int32) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(2, "in"),
+		kfake.SeedTopics(3, "in2"),
+		kfake.SeedTopics(shadowPartitions, DefaultShadowTopic),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newProducer(t *testing.T, c *kfake.Cluster, f *fakeSharetx, extra ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(testTxnID)}
+	if f != nil {
+		opts = append(opts, kgo.Dialer(f.dial))
+	}
+	opts = append(opts, extra...)
+	opts = append(opts, ClientOpts()...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func someAcks() *ShareAcknowledgements {
+	a := NewShareAcknowledgements()
+	a.Add(rec("in", 1, 10), Accept)
+	a.Add(rec("in", 1, 11), Reject)
+	a.Add(rec("in", 0, 3), Accept)
+	a.Add(rec("in2", 2, 7), Reject)
+	return a
+}
+
+func topicIDs(t *testing.T, cl *kgo.Client, topics ...string) map[string][16]byte {
+	t.Helper()
+	resp, err := requestMetadata(context.Background(), cl, topics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string][16]byte)
+	for _, tp := range resp.Topics {
+		out[*tp.Topic] = tp.TopicID
+	}
+	return out
+}
+
+// touches reads the committed records of the shadow topic.
+func touches(t *testing.T, c *kfake.Cluster) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.ConsumeTopics(DefaultShadowTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return out
+		}
+		out = append(out, fs.Records()...)
+	}
+}
+
+func TestNotAdvertised(t *testing.T) {
+	c := newCluster(t, 3)
+	var reqs int
+	c.ControlKey(int16(intercept.DefaultTxnShareAcknowledgeKey), func(kmsg.Request) (kmsg.Response, error, bool) {
+		reqs++
+		return nil, nil, false
+	})
+	cl := newProducer(t, c, nil)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	err := SendShareAcknowledgementsToTransaction(context.Background(), cl, someAcks(), NewShareGroupMetadata("g"))
+	if !errors.Is(err, ErrNotAdvertised) || !strings.Contains(err.Error(), "connect through sharetx: the cluster does not advertise TxnShareAcknowledge (key 95)") {
+		t.Fatalf("err = %v", err)
+	}
+	if reqs != 0 {
+		t.Fatal("the request reached the cluster")
+	}
+	if err := cl.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(touches(t, c)); n != 0 {
+		t.Fatalf("%d touch records; nothing may be produced before the check", n)
+	}
+}
+
+func TestRequiresTransactionalClientOpts(t *testing.T) {
+	c := newCluster(t, 3)
+	ctx := context.Background()
+	md := NewShareGroupMetadata("g")
+
+	notTxn, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, ClientOpts()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notTxn.Close()
+	if err := SendShareAcknowledgementsToTransaction(ctx, notTxn, someAcks(), md); err == nil || !strings.Contains(err.Error(), "not transactional") {
+		t.Fatalf("non-transactional: %v", err)
+	}
+
+	plain, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := SendShareAcknowledgementsToTransaction(ctx, plain, someAcks(), md); err == nil || !strings.Contains(err.Error(), "ClientOpts") {
+		t.Fatalf("without ClientOpts: %v", err)
+	}
+
+	f := &fakeSharetx{key: 95}
+	noKey := newProducer(t, c, f, kgo.TransactionalID("nokey"))
+	noKey, err = kgo.NewClient(append(noKey.Opts(), kgo.MaxVersions(kversion.Stable()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noKey.Close()
+	if err := SendShareAcknowledgementsToTransaction(ctx, noKey, someAcks(), md); err == nil || !strings.Contains(err.Error(), "lacks TxnShareAcknowledge (key 95)") {
+		t.Fatalf("kgo.MaxVersions after ClientOpts: %v", err)
+	}
+	noPart, err := kgo.NewClient(append(noKey.Opts(), append(ClientOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noPart.Close()
+	if err := SendShareAcknowledgementsToTransaction(ctx, noPart, someAcks(), md); err == nil || !strings.Contains(err.Error(), "client.Partitioner") {
+		t.Fatalf("kgo.RecordPartitioner after ClientOpts: %v", err)
+	}
+
+	if err := SendShareAcknowledgementsToTransaction(ctx, newProducer(t, c, f), someAcks(), ShareGroupMetadata{}); err == nil || !strings.Contains(err.Error(), "GroupID") {
+		t.Fatalf("no group: %v", err)
+	}
+	if len(f.requests()) != 0 {
+		t.Fatal("sent")
+	}
+}
+
+func TestSendThroughFakeProxy(t *testing.T) {
+	c := newCluster(t, 3)
+	f := &fakeSharetx{key: 95}
+	cl := newProducer(t, c, f)
+	ctx := context.Background()
+	ids := topicIDs(t, cl, "in", "in2")
+	md := ShareGroupMetadata{GroupID: "g", MemberID: "m1", MemberEpoch: 4}
+
+	// Not in a transaction: the touch fails, nothing is staged.
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
+		t.Fatalf("outside a transaction: %v", err)
+	}
+	if len(f.requests()) != 0 {
+		t.Fatal("staged outside a transaction")
+	}
+
+	// Transaction 1: acks only, two calls.
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+		t.Fatal(err)
+	}
+	a2 := NewShareAcknowledgements()
+	a2.Add(rec("in", 0, 4), Accept)
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, a2, md); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	r := reqs[0]
+	if r.TransactionalID != testTxnID || r.ProducerID != pid || r.ProducerEpoch != epoch ||
+		r.GroupID != "g" || r.MemberID == nil || *r.MemberID != "m1" || r.MemberEpoch != 4 {
+		t.Fatalf("request header: %+v (pid %d epoch %d)", r, pid, epoch)
+	}
+	want := []intercept.TxnShareAcknowledgeTopic{
+		{TopicID: ids["in"], Partitions: []intercept.TxnShareAcknowledgePartition{
+			{Partition: 0, AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: 3, LastOffset: 3, AcknowledgeTypes: []int8{1}}}},
+			{Partition: 1, AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: 10, LastOffset: 11, AcknowledgeTypes: []int8{1, 3}}}},
+		}},
+		{TopicID: ids["in2"], Partitions: []intercept.TxnShareAcknowledgePartition{
+			{Partition: 2, AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: 7, LastOffset: 7, AcknowledgeTypes: []int8{3}}}},
+		}},
+	}
+	if !equalTopics(r.Topics, want) {
+		t.Fatalf("topics:\n got %+v\nwant %+v", r.Topics, want)
+	}
+	// An acks-only transaction must really commit (EndTxn sent).
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+
+	// Transaction 2: the epoch changed (TV2), so it is touched again.
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, a2, md); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.requests()) != 3 || f.requests()[2].ProducerEpoch == epoch && stateFor(cl).tv2 {
+		t.Fatalf("third request: %+v", f.requests())
+	}
+
+	if !stateFor(cl).tv2 {
+		t.Log("kfake did not negotiate transaction version 2; every call touches")
+	}
+	recs := touches(t, c)
+	wantTouches := 2
+	if !stateFor(cl).tv2 {
+		wantTouches = 3 // every call touches without transaction version 2
+	}
+	if len(recs) != wantTouches {
+		t.Fatalf("%d committed touch records, want %d", len(recs), wantTouches)
+	}
+	for _, r := range recs {
+		if r.Partition != touchPartitionFor(testTxnID, 3) || string(r.Value) != TouchValue ||
+			len(r.Headers) != 1 || r.Headers[0].Key != "sharetx" || string(r.Headers[0].Value) != "touch" {
+			t.Fatalf("touch record %+v", r)
+		}
+	}
+}
+
+func equalTopics(a, b []intercept.TxnShareAcknowledgeTopic) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].TopicID != b[i].TopicID || len(a[i].Partitions) != len(b[i].Partitions) {
+			return false
+		}
+		for j := range a[i].Partitions {
+			pa, pb := a[i].Partitions[j], b[i].Partitions[j]
+			if pa.Partition != pb.Partition || len(pa.AcknowledgementBatches) != len(pb.AcknowledgementBatches) {
+				return false
+			}
+			for k := range pa.AcknowledgementBatches {
+				x, y := pa.AcknowledgementBatches[k], pb.AcknowledgementBatches[k]
+				if x.FirstOffset != y.FirstOffset || x.LastOffset != y.LastOffset || string(int8s(x.AcknowledgeTypes)) != string(int8s(y.AcknowledgeTypes)) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+func int8s(v []int8) []byte {
+	b := make([]byte, len(v))
+	for i, x := range v {
+		b[i] = byte(x)
+	}
+	return b
+}
+
+func TestSendErrors(t *testing.T) {
+	c := newCluster(t, 3)
+	f := &fakeSharetx{key: 95}
+	cl := newProducer(t, c, f)
+	ctx := context.Background()
+	md := NewShareGroupMetadata("g")
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.EndTransaction(ctx, kgo.TryAbort)
+
+	msg := "no ongoing transaction"
+	f.setAnswer(func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
+		return &intercept.TxnShareAcknowledgeResponse{ErrorCode: kerr.InvalidTxnState.Code, ErrorMessage: &msg}
+	})
+	err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md)
+	if !errors.Is(err, kerr.InvalidTxnState) || !strings.Contains(err.Error(), msg) {
+		t.Fatalf("top level: %v", err)
+	}
+
+	ids := topicIDs(t, cl, "in", "in2")
+	badMsg := "offset 11 not acquired by the member"
+	f.setAnswer(func(req *intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
+		resp := &intercept.TxnShareAcknowledgeResponse{}
+		for _, tp := range req.Topics {
+			rt := intercept.TxnShareAcknowledgeResponseTopic{TopicID: tp.TopicID}
+			for _, p := range tp.Partitions {
+				rp := intercept.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: kerr.OperationNotAttempted.Code}
+				if tp.TopicID == ids["in"] && p.Partition == 1 {
+					rp.ErrorCode, rp.ErrorMessage = kerr.InvalidRecordState.Code, &badMsg
+				}
+				if tp.TopicID == ids["in2"] {
+					rp.ErrorCode = kerr.UnknownTopicID.Code
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	})
+	err = SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md)
+	var pes *PartitionErrors
+	if !errors.As(err, &pes) {
+		t.Fatalf("partition errors: %v", err)
+	}
+	if len(pes.Errors) != 3 || len(pes.Failed()) != 2 {
+		t.Fatalf("%+v", pes.Errors)
+	}
+	if !errors.Is(err, kerr.InvalidRecordState) || !errors.Is(err, kerr.UnknownTopicID) {
+		t.Fatalf("errors.Is: %v", err)
+	}
+	var found bool
+	for _, pe := range pes.Errors {
+		if pe.Topic == "in" && pe.Partition == 1 && pe.TopicID == ids["in"] && pe.Err == kerr.InvalidRecordState && pe.Message == badMsg {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("partition error for in[1] missing: %+v", pes.Errors)
+	}
+	for _, s := range []string{"in[1]: INVALID_RECORD_STATE", badMsg, "in2[2]: UNKNOWN_TOPIC_ID", "1 other partition(s) OPERATION_NOT_ATTEMPTED", "all-or-nothing"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("message lacks %q: %v", s, err)
+		}
+	}
+	st := stateFor(cl)
+	st.mu.Lock()
+	_, cachedIn := st.topicIDs["in"]
+	_, cachedIn2 := st.topicIDs["in2"]
+	st.mu.Unlock()
+	if !cachedIn || cachedIn2 {
+		t.Fatalf("UNKNOWN_TOPIC_ID must drop only in2 from the cache (in %v, in2 %v)", cachedIn, cachedIn2)
+	}
+}
+
+func TestUnknownTopic(t *testing.T) {
+	c := newCluster(t, 3)
+	f := &fakeSharetx{key: 95}
+	cl := newProducer(t, c, f)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.EndTransaction(context.Background(), kgo.TryAbort)
+	a := someAcks()
+	a.Add(rec("nope", 0, 1), Accept)
+	err := SendShareAcknowledgementsToTransaction(context.Background(), cl, a, NewShareGroupMetadata("g"))
+	if err == nil || !strings.Contains(err.Error(), "nope: UNKNOWN_TOPIC_OR_PARTITION") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(f.requests()) != 0 {
+		t.Fatal("sent")
+	}
+}
+
+func TestShadowTopicTooSmall(t *testing.T) {
+	c := newCluster(t, 1)
+	f := &fakeSharetx{key: 95}
+	cl := newProducer(t, c, f)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.EndTransaction(context.Background(), kgo.TryAbort)
+	err := SendShareAcknowledgementsToTransaction(context.Background(), cl, someAcks(), NewShareGroupMetadata("g"))
+	if err == nil || !strings.Contains(err.Error(), "at least 2") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(f.requests()) != 0 {
+		t.Fatal("sent")
+	}
+}
+
+func TestShadowTopicMissing(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "in2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f := &fakeSharetx{key: 95}
+	cl := newProducer(t, c, f)
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.EndTransaction(context.Background(), kgo.TryAbort)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	err = SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), NewShareGroupMetadata("g"))
+	if err == nil || !strings.Contains(err.Error(), `shadow topic "__sharetx_shadow"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(f.requests()) != 0 {
+		t.Fatal("sent")
+	}
+}

@@ -1,0 +1,37 @@
+package intercept
+
+import "github.com/twmb/franz-go/pkg/kmsg"
+
+// ShareGroupHeartbeat: the proxy learns member ids and epochs (a member
+// leaving answers epoch -1 and is forgotten).
+func init() {
+	registerHook(kmsg.ShareGroupHeartbeat, func(env *Env, r *Request) Action {
+		if env.KIP == nil {
+			return Action{}
+		}
+		req := kmsg.NewPtrShareGroupHeartbeatRequest()
+		req.Version = r.Version
+		if req.ReadFrom(r.Body()) != nil {
+			return Action{}
+		}
+		return Action{State: [2]string{req.GroupID, req.MemberID}}
+	})
+	register(kmsg.ShareGroupHeartbeat, func(env *Env, state any, r kmsg.Response) bool {
+		gm, ok := state.([2]string)
+		if !ok || env.KIP == nil {
+			return false
+		}
+		resp := r.(*kmsg.ShareGroupHeartbeatResponse)
+		if resp.ErrorCode != 0 {
+			return false
+		}
+		member := gm[1]
+		if resp.MemberID != nil && *resp.MemberID != "" {
+			member = *resp.MemberID
+		}
+		if member != "" {
+			env.KIP.setMember(gm[0], member, resp.MemberEpoch)
+		}
+		return false
+	})
+}

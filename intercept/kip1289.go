@@ -1,0 +1,820 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/staging"
+)
+
+// ShadowWriter writes a shadow record inside a client's transaction.
+type ShadowWriter interface {
+	Write(ctx context.Context, txnID string, producerID int64, epoch int16, partition int32, rec *staging.ShadowRecord) (int64, error)
+}
+
+// KIP1289 is the transactional-acknowledgement engine: it learns members,
+// acquisitions and transactions from the traffic passing through, stages
+// TxnShareAcknowledge calls as TX_PENDING through a shadow record written in
+// the caller's transaction, resolves them from the control markers, and
+// applies committed ones with ShareAcknowledge on the member's own share
+// session.
+//
+// Lock order: KIP1289.mu is never held while taking a session's mu; a
+// session's mu is held across assigning an upstream epoch and writing the
+// request that carries it (client request or injected), so epochs reach the
+// broker in the order they were assigned.
+type KIP1289 struct {
+	cfg        configs.KIP1289
+	key        int16
+	log        *slog.Logger
+	writer     ShadowWriter
+	shadowPart int32
+	proxyID    string
+	m          kipMetrics
+
+	mu       sync.Mutex
+	members  map[memberKey]int32
+	sessions map[sessionKey]*session
+	txns     map[string]txnInfo
+	parts    map[partKey]*partState
+	topics   map[string]map[[16]byte]bool // group → topic ids seen acquired
+	staged   map[[2]int64]*stagedCall     // shadow partition, offset
+	pending  int                          // offsets STAGING..COMMITTED
+
+	applyCtx    context.Context
+	applyCancel context.CancelFunc
+	conflict    atomic.Bool // the cluster advertises our key
+}
+
+type kipMetrics struct {
+	pending       prometheus.Gauge
+	calls         *prometheus.CounterVec
+	markers       *prometheus.CounterVec
+	applyLatency  prometheus.Histogram
+	applyFailures *prometheus.CounterVec
+	absorbed      prometheus.Counter
+}
+
+// session is a member's share session on one broker, as the proxy
+// translates it: the client numbers its requests 0,1,2,...; the proxy adds
+// delta (the requests it injected) before they go upstream.
+type session struct {
+	mu      sync.Mutex
+	delta   int32
+	last    int32 // upstream epoch of the last request written; -1 none
+	conn    Conn
+	version int16 // ShareAcknowledge version to inject
+}
+
+// NewKIP1289 builds the engine. writer may be nil until the shadow topic is
+// ready (SetWriter).
+func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer) *KIP1289 {
+	id := cfg.ProxyID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	e := &KIP1289{
+		cfg:      cfg,
+		key:      int16(cfg.APIKey),
+		log:      log,
+		proxyID:  id,
+		members:  map[memberKey]int32{},
+		sessions: map[sessionKey]*session{},
+		txns:     map[string]txnInfo{},
+		parts:    map[partKey]*partState{},
+		topics:   map[string]map[[16]byte]bool{},
+		staged:   map[[2]int64]*stagedCall{},
+	}
+	e.applyCtx, e.applyCancel = context.WithCancel(context.Background())
+	f := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",
+		Help: "Records staged by TxnShareAcknowledge and not yet applied upstream (TX_PENDING or committed)."})
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "txn_share_acknowledge_total",
+		Help: "TxnShareAcknowledge calls, by result (ok or the Kafka error name)."}, []string{"result"})
+	markers := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "markers_total",
+		Help: "Staged shadow records resolved, by type (commit, abort) and by what resolved them first (end_txn: the EndTxn response seen on the client connection; marker: the control marker in the shadow partition)."}, []string{"type", "via"})
+	lat := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "commit_to_applied_seconds",
+		Help:    "From the COMMIT marker being read to the acknowledgement applied upstream.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10}})
+	fails := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "upstream_ack_failures_total",
+		Help: "Committed acknowledgements the broker did not apply, by error."}, []string{"error"})
+	absorbed := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_acks_absorbed_total",
+		Help: "Offsets a client acknowledged itself while they were TX_PENDING or committed; never forwarded."})
+	if reg != nil {
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed)
+	}
+	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed}
+	return e
+}
+
+// Key is the API key of TxnShareAcknowledge.
+func (e *KIP1289) Key() int16 { return e.key }
+
+// ProxyID names this process in shadow records.
+func (e *KIP1289) ProxyID() string { return e.proxyID }
+
+// SetWriter installs the shadow writer and the shadow partition count.
+func (e *KIP1289) SetWriter(w ShadowWriter, partitions int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.writer, e.shadowPart = w, partitions
+}
+
+// Close stops applying acknowledgements.
+func (e *KIP1289) Close() { e.applyCancel() }
+
+// ---------------------------------------------------------------- learning
+
+func (e *KIP1289) setMember(group, member string, epoch int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if epoch < 0 {
+		delete(e.members, memberKey{group, member})
+		return
+	}
+	e.members[memberKey{group, member}] = epoch
+}
+
+func (e *KIP1289) setTxn(txnID string, pid int64, epoch int16) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.txns[txnID] = txnInfo{producerID: pid, epoch: epoch}
+}
+
+// acquired records what a ShareFetch response handed to member.
+func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, partition int32, recs []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, lock time.Duration) {
+	if len(recs) == 0 {
+		return
+	}
+	deadline := time.Now().Add(lock)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := partKey{group, topic, partition}
+	ps := e.parts[k]
+	if ps == nil {
+		ps = &partState{offsets: map[int64]*offState{}}
+		e.parts[k] = ps
+	}
+	if e.topics[group] == nil {
+		e.topics[group] = map[[16]byte]bool{}
+	}
+	e.topics[group][topic] = true
+	for _, r := range recs {
+		for o := r.FirstOffset; o <= r.LastOffset && o-r.FirstOffset < 1<<20; o++ {
+			if cur := ps.offsets[o]; cur != nil && cur.state.held() {
+				// Redelivered while we hold it staged: the broker released it
+				// (lock expired, session closed). Issue 4 handles this window.
+				continue
+			}
+			ps.offsets[o] = &offState{member: member, node: node, deadline: deadline, state: stAcquired}
+		}
+	}
+}
+
+// filterClientAcks removes from a client's own acknowledgement the offsets
+// the proxy holds (staged, committed or applied) and forgets the acquired
+// ones the client settles itself. It returns what still goes upstream and
+// how many offsets were held back.
+func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32, batches []ackRange) (out []ackRange, held int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ps := e.parts[partKey{group, topic, partition}]
+	if ps == nil {
+		return batches, 0
+	}
+	changed := false
+	keep := map[int64]int8{}
+	for _, b := range batches {
+		offs, types, ok := b.expand()
+		if !ok {
+			return batches, 0 // malformed: let the broker answer INVALID_REQUEST
+		}
+		for i, o := range offs {
+			st := ps.offsets[o]
+			if st != nil && st.state.held() {
+				held++
+				changed = true
+				st.clientAcked = true
+				st.releaseReq = types[i] == 2
+				if st.state == stApplied {
+					delete(ps.offsets, o)
+				}
+				continue
+			}
+			if st != nil {
+				delete(ps.offsets, o)
+			}
+			keep[o] = types[i]
+		}
+	}
+	if !changed {
+		return batches, 0
+	}
+	e.m.absorbed.Add(float64(held))
+	return compress(keep), held
+}
+
+// session returns the share session of member on node.
+func (e *KIP1289) session(node int32, group, member string) *session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := sessionKey{node, group, member}
+	s := e.sessions[k]
+	if s == nil {
+		s = &session{last: -1}
+		e.sessions[k] = s
+	}
+	return s
+}
+
+// translate maps the client's session epoch to the upstream one; s.mu must
+// be held until the request is written.
+func (s *session) translate(conn Conn, clientEpoch int32, version int16) int32 {
+	s.conn = conn
+	if version > 2 {
+		version = 2
+	}
+	s.version = version
+	switch {
+	case clientEpoch == 0: // a new session
+		s.delta = 0
+		s.last = 0
+		return 0
+	case clientEpoch < 0: // closing
+		s.last = -1
+		return clientEpoch
+	}
+	up := clientEpoch + s.delta
+	s.last = up
+	return up
+}
+
+// ---------------------------------------------------------------- staging
+
+type partResult struct {
+	topic     [16]byte
+	partition int32
+	code      int16
+	msg       string
+}
+
+func txnAckError(code int16, msg string) *TxnShareAcknowledgeResponse {
+	r := &TxnShareAcknowledgeResponse{ErrorCode: code}
+	if msg != "" {
+		r.ErrorMessage = &msg
+	}
+	return r
+}
+
+// Stage answers a TxnShareAcknowledge: it validates it against what the
+// proxy saw, writes the shadow record in the caller's transaction, and only
+// then marks the offsets TX_PENDING. All or nothing.
+func (e *KIP1289) Stage(ctx context.Context, req *TxnShareAcknowledgeRequest) *TxnShareAcknowledgeResponse {
+	resp, call := e.validateAndReserve(req)
+	if resp != nil {
+		e.count(resp)
+		return resp
+	}
+	rec := &staging.ShadowRecord{
+		Version: 1, ProxyID: e.proxyID, TransactionalID: req.TransactionalID,
+		ProducerID: req.ProducerID, ProducerEpoch: req.ProducerEpoch, GroupID: req.GroupID, MemberID: call.member,
+	}
+	for _, t := range req.Topics {
+		st := staging.ShadowTopic{TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			sp := staging.ShadowPartition{Partition: p.Partition}
+			for _, b := range p.AcknowledgementBatches {
+				sp.Batches = append(sp.Batches, staging.ShadowBatch{FirstOffset: b.FirstOffset, LastOffset: b.LastOffset, AcknowledgeTypes: b.AcknowledgeTypes})
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		rec.Topics = append(rec.Topics, st)
+	}
+	e.mu.Lock()
+	w, n := e.writer, e.shadowPart
+	e.mu.Unlock()
+	if w == nil {
+		e.release(call, stAcquired)
+		return e.count(txnAckError(kerr.CoordinatorNotAvailable.Code, "sharetx: the shadow topic is not ready yet; retry"))
+	}
+	part := staging.ShadowPartitionFor(req.TransactionalID, n)
+	off, err := w.Write(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, part, rec)
+	if err != nil {
+		e.release(call, stAcquired)
+		code := kerr.UnknownServerError.Code
+		var ke *kerr.Error
+		if errors.As(err, &ke) {
+			code = ke.Code
+		}
+		return e.count(txnAckError(code, "sharetx: writing the staged acknowledgements into the transaction failed: "+err.Error()))
+	}
+	call.shadowPart, call.shadowOff = part, off
+	e.mu.Lock()
+	for _, r := range call.offsets {
+		if st := e.parts[r.part].offsets[r.offset]; st != nil && st.call == call {
+			st.state = stTxPending
+		}
+	}
+	e.staged[[2]int64{int64(part), off}] = call
+	e.mu.Unlock()
+	ok := &TxnShareAcknowledgeResponse{}
+	for _, t := range req.Topics {
+		rt := TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			rt.Partitions = append(rt.Partitions, TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
+		}
+		ok.Topics = append(ok.Topics, rt)
+	}
+	return e.count(ok)
+}
+
+func (e *KIP1289) count(r *TxnShareAcknowledgeResponse) *TxnShareAcknowledgeResponse {
+	res := "ok"
+	if r.ErrorCode != 0 {
+		res = errName(r.ErrorCode)
+	} else {
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 && p.ErrorCode != kerr.OperationNotAttempted.Code {
+					res = errName(p.ErrorCode)
+				}
+			}
+		}
+	}
+	e.m.calls.WithLabelValues(res).Inc()
+	return r
+}
+
+func errName(code int16) string {
+	if err := kerr.ErrorForCode(code); err != nil {
+		var ke *kerr.Error
+		if errors.As(err, &ke) {
+			return ke.Message
+		}
+	}
+	return fmt.Sprintf("code_%d", code)
+}
+
+// validateAndReserve checks req and, if it is acceptable, moves its offsets
+// to STAGING so no concurrent call or client ack can take them. It returns a
+// response when the call is refused.
+func (e *KIP1289) validateAndReserve(req *TxnShareAcknowledgeRequest) (*TxnShareAcknowledgeResponse, *stagedCall) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.txns[req.TransactionalID]
+	switch {
+	case !ok:
+		return txnAckError(kerr.InvalidProducerIDMapping.Code, fmt.Sprintf("sharetx: transactional id %q did not initialize (InitProducerId) through this proxy", req.TransactionalID)), nil
+	case t.producerID != req.ProducerID:
+		return txnAckError(kerr.InvalidProducerIDMapping.Code, fmt.Sprintf("sharetx: producer id %d is not the one of transactional id %q", req.ProducerID, req.TransactionalID)), nil
+	case req.ProducerEpoch < t.epoch:
+		return txnAckError(kerr.ProducerFenced.Code, fmt.Sprintf("sharetx: producer epoch %d is older than the current %d", req.ProducerEpoch, t.epoch)), nil
+	case req.ProducerEpoch > t.epoch:
+		return txnAckError(kerr.InvalidProducerEpoch.Code, fmt.Sprintf("sharetx: producer epoch %d is not the current %d", req.ProducerEpoch, t.epoch)), nil
+	}
+	member := ""
+	if req.MemberID != nil {
+		member = *req.MemberID
+	}
+	if member != "" {
+		ep, ok := e.members[memberKey{req.GroupID, member}]
+		if !ok {
+			return txnAckError(kerr.UnknownMemberID.Code, fmt.Sprintf("sharetx: member %q of group %q is not known", member, req.GroupID)), nil
+		}
+		if req.MemberEpoch != -1 && req.MemberEpoch != ep {
+			return txnAckError(kerr.StaleMemberEpoch.Code, fmt.Sprintf("sharetx: member epoch %d, current %d", req.MemberEpoch, ep)), nil
+		}
+	}
+
+	call := &stagedCall{txnID: req.TransactionalID, producerID: req.ProducerID, epoch: req.ProducerEpoch, group: req.GroupID}
+	var results []partResult
+	failed := false
+	total := 0
+	for _, tp := range req.Topics {
+		for _, p := range tp.Partitions {
+			code, msg, refs := e.checkPartition(req.GroupID, &member, tp.TopicID, p)
+			if code != 0 {
+				failed = true
+			}
+			total += len(refs)
+			call.offsets = append(call.offsets, refs...)
+			results = append(results, partResult{tp.TopicID, p.Partition, code, msg})
+		}
+	}
+	if !failed && total == 0 {
+		return txnAckError(kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
+	}
+	if !failed && e.pending+total > e.cfg.MaxPendingRecords {
+		return txnAckError(kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", e.cfg.MaxPendingRecords)), nil
+	}
+	if failed {
+		resp := &TxnShareAcknowledgeResponse{}
+		byTopic := map[[16]byte]int{}
+		for _, r := range results {
+			code, msg := r.code, r.msg
+			if code == 0 {
+				code, msg = kerr.OperationNotAttempted.Code, "another partition of this call failed; nothing was staged"
+			}
+			i, ok := byTopic[r.topic]
+			if !ok {
+				i = len(resp.Topics)
+				byTopic[r.topic] = i
+				resp.Topics = append(resp.Topics, TxnShareAcknowledgeResponseTopic{TopicID: r.topic})
+			}
+			m := msg
+			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, TxnShareAcknowledgeResponsePartition{Partition: r.partition, ErrorCode: code, ErrorMessage: &m})
+		}
+		return resp, nil
+	}
+	call.member = member
+	for _, r := range call.offsets {
+		st := e.parts[r.part].offsets[r.offset]
+		st.state, st.call, st.ackType = stStaging, call, r.ackType
+	}
+	e.pending += total
+	e.m.pending.Set(float64(e.pending))
+	return nil, call
+}
+
+// checkPartition validates one partition's batches; e.mu is held. member
+// is resolved from the first acquired offset when empty.
+func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p TxnShareAcknowledgePartition) (int16, string, []offRef) {
+	if !e.topics[group][topic] {
+		return kerr.UnknownTopicID.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil
+	}
+	k := partKey{group, topic, p.Partition}
+	ps := e.parts[k]
+	var refs []offRef
+	seen := map[int64]bool{}
+	now := time.Now()
+	for _, b := range p.AcknowledgementBatches {
+		offs, types, ok := ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}.expand()
+		if !ok {
+			return kerr.InvalidRequest.Code, fmt.Sprintf("malformed batch %d-%d with %d types", b.FirstOffset, b.LastOffset, len(b.AcknowledgeTypes)), nil
+		}
+		for i, o := range offs {
+			if seen[o] {
+				return kerr.InvalidRequest.Code, fmt.Sprintf("offset %d appears twice", o), nil
+			}
+			seen[o] = true
+			if types[i] != 1 && types[i] != 3 {
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("acknowledge type %d at offset %d: only ACCEPT (1) and REJECT (3) can be transactional", types[i], o), nil
+			}
+			var st *offState
+			if ps != nil {
+				st = ps.offsets[o]
+			}
+			switch {
+			case st == nil:
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is not acquired through this proxy", o), nil
+			case st.state != stAcquired:
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already %s", o, st.state), nil
+			case now.After(st.deadline):
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d: its acquisition lock expired", o), nil
+			}
+			if *member == "" {
+				*member = st.member
+			}
+			if st.member != *member {
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is acquired by another member", o), nil
+			}
+			refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: types[i]})
+		}
+	}
+	return 0, "", refs
+}
+
+// release returns a call's offsets to state to (ACQUIRED after an abort or
+// a failed write) and drops them from the pending count.
+func (e *KIP1289) release(call *stagedCall, to recState) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	releases := map[int32]map[partKey]map[int64]int8{}
+	for _, r := range call.offsets {
+		ps := e.parts[r.part]
+		if ps == nil {
+			continue
+		}
+		if st := ps.offsets[r.offset]; st != nil && st.call == call {
+			st.state, st.call = to, nil
+			if st.releaseReq {
+				// The client released it while it was staged (it aborted
+				// before we saw the abort): release it upstream now.
+				if releases[r.node] == nil {
+					releases[r.node] = map[partKey]map[int64]int8{}
+				}
+				if releases[r.node][r.part] == nil {
+					releases[r.node][r.part] = map[int64]int8{}
+				}
+				releases[r.node][r.part][r.offset] = 2
+				delete(ps.offsets, r.offset)
+				continue
+			}
+			// An implicit ACCEPT absorbed while staged must not stand for
+			// a transaction that aborted: the record stays with the member
+			// until it releases or acknowledges it again.
+			st.clientAcked = false
+		}
+	}
+	e.pending -= len(call.offsets)
+	e.m.pending.Set(float64(e.pending))
+	for node, parts := range releases {
+		go func() {
+			if err := e.applyOn(node, call, parts); err != nil {
+				e.log.Warn("releasing records the client released while they were staged failed", "txn", call.txnID, "err", err)
+			}
+		}()
+	}
+}
+
+// ---------------------------------------------------------------- resolution
+
+// endTxn resolves every staged record of the transaction that a successful
+// EndTxn just ended.
+func (e *KIP1289) endTxn(txnID string, pid int64, epoch int16, commit bool) {
+	e.mu.Lock()
+	var locs [][2]int64
+	for loc, c := range e.staged {
+		if c.txnID == txnID && c.producerID == pid && c.epoch == epoch {
+			locs = append(locs, loc)
+		}
+	}
+	e.mu.Unlock()
+	for _, loc := range locs {
+		e.resolve(int32(loc[0]), loc[1], commit, "end_txn")
+	}
+}
+
+// Resolve applies a control marker to the staged record at shadow
+// partition/offset. Idempotent: a record resolved once is forgotten.
+func (e *KIP1289) Resolve(partition int32, offset int64, commit bool) {
+	e.resolve(partition, offset, commit, "marker")
+}
+
+func (e *KIP1289) resolve(partition int32, offset int64, commit bool, via string) {
+	e.mu.Lock()
+	call := e.staged[[2]int64{int64(partition), offset}]
+	delete(e.staged, [2]int64{int64(partition), offset})
+	e.mu.Unlock()
+	if call == nil {
+		return
+	}
+	if !commit {
+		e.m.markers.WithLabelValues("abort", via).Inc()
+		e.release(call, stAcquired)
+		return
+	}
+	e.m.markers.WithLabelValues("commit", via).Inc()
+	call.committed = time.Now()
+	e.mu.Lock()
+	for _, r := range call.offsets {
+		if st := e.parts[r.part].offsets[r.offset]; st != nil && st.call == call {
+			st.state = stCommitted
+		}
+	}
+	e.mu.Unlock()
+	go e.apply(call)
+}
+
+// apply sends the committed acknowledgements of call upstream, on the share
+// session of the member that acquired them, retrying a stale epoch.
+func (e *KIP1289) apply(call *stagedCall) {
+	bySession := map[int32]map[partKey]map[int64]int8{}
+	for _, r := range call.offsets {
+		m := bySession[r.node]
+		if m == nil {
+			m = map[partKey]map[int64]int8{}
+			bySession[r.node] = m
+		}
+		if m[r.part] == nil {
+			m[r.part] = map[int64]int8{}
+		}
+		m[r.part][r.offset] = r.ackType
+	}
+	for node, parts := range bySession {
+		err := e.applyOn(node, call, parts)
+		if err != nil {
+			e.log.Warn("committed acknowledgements could not be applied upstream", "txn", call.txnID, "group", call.group, "member", call.member, "node", node, "err", err)
+		}
+	}
+	e.finish(call)
+}
+
+func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[int64]int8) error {
+	sess := e.session(node, call.group, call.member)
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.GroupID, req.MemberID = &call.group, &call.member
+	byTopic := map[[16]byte]int{}
+	for k, offs := range parts {
+		i, ok := byTopic[k.topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[k.topic] = i
+			t := kmsg.NewShareAcknowledgeRequestTopic()
+			t.TopicID = k.topic
+			req.Topics = append(req.Topics, t)
+		}
+		p := kmsg.NewShareAcknowledgeRequestTopicPartition()
+		p.Partition = k.partition
+		for _, r := range compress(offs) {
+			b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+			b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = r.first, r.last, r.types
+			p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-e.applyCtx.Done():
+				return e.applyCtx.Err()
+			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+			}
+		}
+		sess.mu.Lock()
+		conn := sess.conn
+		if conn == nil || sess.last < 0 {
+			sess.mu.Unlock()
+			lastErr = errors.New("the member has no open share session through this proxy")
+			continue
+		}
+		select {
+		case <-conn.Done():
+			sess.mu.Unlock()
+			lastErr = errors.New("the member's share session connection closed (its records were released)")
+			continue
+		default:
+		}
+		req.Version = sess.version
+		epoch := sess.last + 1
+		req.ShareSessionEpoch = epoch
+		wait, err := conn.StartInject(req)
+		if err == nil {
+			sess.last = epoch
+			sess.delta++
+		}
+		sess.mu.Unlock()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
+		r, err := wait(ctx)
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		resp := r.(*kmsg.ShareAcknowledgeResponse)
+		if resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code {
+			// The broker did not count it: undo our step and retry.
+			sess.mu.Lock()
+			if sess.last == epoch {
+				sess.last--
+				sess.delta--
+			}
+			sess.mu.Unlock()
+			lastErr = kerr.ErrorForCode(resp.ErrorCode)
+			continue
+		}
+		if resp.ErrorCode != 0 {
+			e.m.applyFailures.WithLabelValues(errName(resp.ErrorCode)).Inc()
+			return kerr.ErrorForCode(resp.ErrorCode)
+		}
+		var perr error
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					e.m.applyFailures.WithLabelValues(errName(p.ErrorCode)).Inc()
+					perr = fmt.Errorf("partition %d: %w", p.Partition, kerr.ErrorForCode(p.ErrorCode))
+				}
+			}
+		}
+		if perr == nil && !call.committed.IsZero() {
+			e.m.applyLatency.Observe(time.Since(call.committed).Seconds())
+		}
+		return perr
+	}
+	e.m.applyFailures.WithLabelValues("session_unavailable").Inc()
+	return lastErr
+}
+
+// finish marks a call's offsets applied; those the client already acked
+// are forgotten, the rest wait for the client's (absorbed) ack.
+func (e *KIP1289) finish(call *stagedCall) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range call.offsets {
+		ps := e.parts[r.part]
+		if ps == nil {
+			continue
+		}
+		if st := ps.offsets[r.offset]; st != nil && st.call == call {
+			if st.clientAcked {
+				delete(ps.offsets, r.offset)
+			} else {
+				st.state, st.call = stApplied, nil
+			}
+		}
+	}
+	e.pending -= len(call.offsets)
+	e.m.pending.Set(float64(e.pending))
+}
+
+// Prune forgets acquired offsets whose lock expired long ago (they were
+// redelivered or acked without the proxy seeing it) and applied ones the
+// client never acked.
+func (e *KIP1289) Prune(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, ps := range e.parts {
+		for o, st := range ps.offsets {
+			if (st.state == stAcquired || st.state == stApplied) && now.After(st.deadline.Add(time.Minute)) {
+				delete(ps.offsets, o)
+			}
+		}
+		if len(ps.offsets) == 0 {
+			delete(e.parts, k)
+		}
+	}
+}
+
+// Stats is a snapshot of the engine for tests, benchmarks and logs.
+type Stats struct {
+	Pending       int     // records TX_PENDING or committed, not yet applied
+	Applied       uint64  // acknowledgement batches applied upstream
+	LatencyP50    float64 // commit→applied, seconds (bucket upper bounds)
+	LatencyP99    float64
+	LatencyMean   float64
+	Committed     float64 // staged records resolved as committed
+	Aborted       float64
+	AbsorbedAcks  float64
+	ApplyFailures float64
+}
+
+// Stats returns a snapshot of the engine.
+func (e *KIP1289) Stats() Stats {
+	e.mu.Lock()
+	st := Stats{Pending: e.pending}
+	e.mu.Unlock()
+	var m dto.Metric
+	if h, ok := e.m.applyLatency.(prometheus.Metric); ok && h.Write(&m) == nil && m.Histogram != nil {
+		hist := m.Histogram
+		st.Applied = hist.GetSampleCount()
+		if st.Applied > 0 {
+			st.LatencyMean = hist.GetSampleSum() / float64(st.Applied)
+			q := func(f float64) float64 {
+				for _, b := range hist.Bucket {
+					if float64(b.GetCumulativeCount()) >= f*float64(st.Applied) {
+						return b.GetUpperBound()
+					}
+				}
+				return math.Inf(1)
+			}
+			st.LatencyP50, st.LatencyP99 = q(0.5), q(0.99)
+		}
+	}
+	sum := func(c *prometheus.CounterVec, label string) float64 {
+		var total float64
+		ch := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(ch); close(ch) }()
+		for mt := range ch {
+			var d dto.Metric
+			if mt.Write(&d) != nil {
+				continue
+			}
+			for _, l := range d.Label {
+				if label == "" || l.GetValue() == label {
+					total += d.Counter.GetValue()
+					break
+				}
+			}
+			if label == "" && len(d.Label) == 0 {
+				total += d.Counter.GetValue()
+			}
+		}
+		return total
+	}
+	st.Committed = sum(e.m.markers, "commit")
+	st.Aborted = sum(e.m.markers, "abort")
+	st.ApplyFailures = sum(e.m.applyFailures, "")
+	var a dto.Metric
+	if e.m.absorbed.Write(&a) == nil {
+		st.AbsorbedAcks = a.Counter.GetValue()
+	}
+	return st
+}

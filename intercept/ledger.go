@@ -1,0 +1,150 @@
+package intercept
+
+import (
+	"sort"
+	"time"
+)
+
+// recState is a record's state as the proxy sees it (DESIGN.md §3.5).
+type recState uint8
+
+const (
+	stAcquired  recState = iota // acquired by a member, lock held
+	stStaging                   // a TxnShareAcknowledge is writing its shadow record
+	stTxPending                 // staged in an open transaction
+	stCommitted                 // the transaction committed; not yet applied upstream
+	stApplied                   // acknowledged upstream on the member's session
+)
+
+func (s recState) String() string {
+	return [...]string{"ACQUIRED", "STAGING", "TX_PENDING", "COMMITTED", "APPLIED"}[s]
+}
+
+// held reports whether a client's own acknowledgement of the offset must not
+// reach the broker.
+func (s recState) held() bool { return s >= stStaging }
+
+type partKey struct {
+	group     string
+	topic     [16]byte
+	partition int32
+}
+
+type memberKey struct{ group, member string }
+
+type sessionKey struct {
+	node          int32
+	group, member string
+}
+
+// offState is one acquired offset.
+type offState struct {
+	member      string
+	node        int32
+	deadline    time.Time
+	state       recState
+	ackType     int8
+	call        *stagedCall
+	clientAcked bool // the client's own ack of it was absorbed
+	releaseReq  bool // ...and that ack was RELEASE: honour it if the transaction aborts
+}
+
+// partState holds the offsets of one share partition the proxy has seen
+// acquired.
+type partState struct {
+	offsets map[int64]*offState
+}
+
+// stagedCall is one successful TxnShareAcknowledge: the offsets it staged
+// and the shadow record that made them part of the transaction.
+type stagedCall struct {
+	txnID      string
+	producerID int64
+	epoch      int16
+	group      string
+	member     string
+	offsets    []offRef
+	shadowPart int32
+	shadowOff  int64
+	committed  time.Time
+}
+
+type offRef struct {
+	part    partKey
+	node    int32
+	offset  int64
+	ackType int8
+}
+
+type txnInfo struct {
+	producerID int64
+	epoch      int16
+}
+
+// ackRange is a run of offsets with one type per offset, as the broker takes
+// them in AcknowledgementBatches.
+type ackRange struct {
+	first, last int64
+	types       []int8 // len 1 for the whole range, or one per offset
+}
+
+// expand returns the type of each offset of r; ok is false when the batch
+// is malformed (first > last, or a type list of the wrong length).
+func (r ackRange) expand() (offs []int64, types []int8, ok bool) {
+	if r.first > r.last || r.first < 0 || r.last-r.first > 1<<20 {
+		return nil, nil, false
+	}
+	n := int(r.last - r.first + 1)
+	if len(r.types) != 1 && len(r.types) != n {
+		return nil, nil, false
+	}
+	for i := 0; i < n; i++ {
+		offs = append(offs, r.first+int64(i))
+		if len(r.types) == 1 {
+			types = append(types, r.types[0])
+		} else {
+			types = append(types, r.types[i])
+		}
+	}
+	return offs, types, true
+}
+
+// compress turns offset → type into batches: contiguous offsets, one type
+// for a run when all are equal, else one type per offset.
+func compress(m map[int64]int8) []ackRange {
+	if len(m) == 0 {
+		return nil
+	}
+	offs := make([]int64, 0, len(m))
+	for o := range m {
+		offs = append(offs, o)
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	var out []ackRange
+	start := 0
+	flush := func(end int) {
+		r := ackRange{first: offs[start], last: offs[end]}
+		same := true
+		for i := start; i <= end; i++ {
+			if m[offs[i]] != m[offs[start]] {
+				same = false
+			}
+		}
+		if same {
+			r.types = []int8{m[offs[start]]}
+		} else {
+			for i := start; i <= end; i++ {
+				r.types = append(r.types, m[offs[i]])
+			}
+		}
+		out = append(out, r)
+	}
+	for i := 1; i < len(offs); i++ {
+		if offs[i] != offs[i-1]+1 {
+			flush(i - 1)
+			start = i
+		}
+	}
+	flush(len(offs) - 1)
+	return out
+}

@@ -1,0 +1,172 @@
+package intercept
+
+import (
+	"io"
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/configs"
+)
+
+func TestCompressExpand(t *testing.T) {
+	m := map[int64]int8{5: 1, 6: 1, 7: 1, 9: 3, 10: 1, 11: 3}
+	got := compress(m)
+	want := []ackRange{{5, 7, []int8{1}}, {9, 11, []int8{3, 1, 3}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("compress = %+v, want %+v", got, want)
+	}
+	back := map[int64]int8{}
+	for _, r := range got {
+		offs, types, ok := r.expand()
+		if !ok {
+			t.Fatalf("expand %+v failed", r)
+		}
+		for i, o := range offs {
+			back[o] = types[i]
+		}
+	}
+	if !reflect.DeepEqual(back, m) {
+		t.Fatalf("round trip %v, want %v", back, m)
+	}
+	for _, bad := range []ackRange{{5, 4, []int8{1}}, {1, 3, []int8{1, 1}}, {-1, 2, []int8{1}}, {0, 0, nil}} {
+		if _, _, ok := bad.expand(); ok {
+			t.Errorf("malformed %+v expanded", bad)
+		}
+	}
+}
+
+func testEngine() *KIP1289 {
+	cfg := configs.Default().KIP1289
+	cfg.MaxPendingRecords = 8
+	return NewKIP1289(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+}
+
+func acq(first, last int64) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
+	return []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: first, LastOffset: last, DeliveryCount: 1}}
+}
+
+func txnReq(topic [16]byte, part int32, batches ...TxnShareAcknowledgeBatch) *TxnShareAcknowledgeRequest {
+	return &TxnShareAcknowledgeRequest{TransactionalID: "tx", ProducerID: 7, ProducerEpoch: 2, GroupID: "g", MemberEpoch: -1,
+		Topics: []TxnShareAcknowledgeTopic{{TopicID: topic, Partitions: []TxnShareAcknowledgePartition{{Partition: part, AcknowledgementBatches: batches}}}}}
+}
+
+// TestValidateErrors: the KIP's refusals, decided before anything is
+// written, and all-or-nothing across partitions.
+func TestValidateErrors(t *testing.T) {
+	topic := [16]byte{1}
+	e := testEngine()
+	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.acquired(0, "g", "m2", topic, 1, acq(0, 9), time.Minute)
+	e.setMember("g", "m1", 5)
+
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})); r == nil || r.ErrorCode != kerr.InvalidProducerIDMapping.Code {
+		t.Fatalf("unknown transactional id: %+v", r)
+	}
+	e.setTxn("tx", 7, 2)
+	req := txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})
+	req.ProducerEpoch = 1
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.ProducerFenced.Code {
+		t.Fatalf("old epoch: %+v", r)
+	}
+	m := "m1"
+	req = txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})
+	req.MemberID, req.MemberEpoch = &m, 4
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.StaleMemberEpoch.Code {
+		t.Fatalf("stale member epoch: %+v", r)
+	}
+	partErr := func(req *TxnShareAcknowledgeRequest) int16 {
+		r, call := e.validateAndReserve(req)
+		if call != nil {
+			e.release(call, stAcquired)
+			return 0
+		}
+		return r.Topics[0].Partitions[0].ErrorCode
+	}
+	for name, tc := range map[string]struct {
+		b    TxnShareAcknowledgeBatch
+		want int16
+	}{
+		"release":   {TxnShareAcknowledgeBatch{0, 0, []int8{2}}, kerr.InvalidRecordState.Code},
+		"renew":     {TxnShareAcknowledgeBatch{0, 0, []int8{4}}, kerr.InvalidRecordState.Code},
+		"gap":       {TxnShareAcknowledgeBatch{0, 0, []int8{0}}, kerr.InvalidRecordState.Code},
+		"not acq":   {TxnShareAcknowledgeBatch{20, 21, []int8{1}}, kerr.InvalidRecordState.Code},
+		"malformed": {TxnShareAcknowledgeBatch{5, 3, []int8{1}}, kerr.InvalidRequest.Code},
+		"bad types": {TxnShareAcknowledgeBatch{0, 2, []int8{1, 1}}, kerr.InvalidRequest.Code},
+		"accept ok": {TxnShareAcknowledgeBatch{0, 2, []int8{1}}, 0},
+		"mixed ok":  {TxnShareAcknowledgeBatch{0, 2, []int8{1, 3, 1}}, 0},
+	} {
+		if got := partErr(txnReq(topic, 0, tc.b)); got != tc.want {
+			t.Errorf("%s: error %d, want %d", name, got, tc.want)
+		}
+	}
+	if got := partErr(txnReq([16]byte{9}, 0, TxnShareAcknowledgeBatch{0, 0, []int8{1}})); got != kerr.UnknownTopicID.Code {
+		t.Errorf("unknown topic: %d", got)
+	}
+
+	// Two partitions, the second acquired by another member: nothing is
+	// staged, the good one answers OPERATION_NOT_ATTEMPTED.
+	req = txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})
+	req.MemberID = &m
+	req.MemberEpoch = 5
+	req.Topics[0].Partitions = append(req.Topics[0].Partitions, TxnShareAcknowledgePartition{Partition: 1,
+		AcknowledgementBatches: []TxnShareAcknowledgeBatch{{0, 0, []int8{1}}}})
+	r, call := e.validateAndReserve(req)
+	if call != nil || r == nil {
+		t.Fatal("partial failure staged something")
+	}
+	codes := map[int32]int16{}
+	for _, p := range r.Topics[0].Partitions {
+		codes[p.Partition] = p.ErrorCode
+	}
+	if codes[0] != kerr.OperationNotAttempted.Code || codes[1] != kerr.InvalidRecordState.Code {
+		t.Fatalf("partial failure codes %v", codes)
+	}
+	if st := e.parts[partKey{"g", topic, 0}].offsets[0]; st.state != stAcquired {
+		t.Fatalf("offset 0 is %s after a refused call", st.state)
+	}
+
+	// Staged offsets cannot be staged again, and count against the limit.
+	_, call = e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 4, []int8{1}}))
+	if call == nil {
+		t.Fatal("valid call refused")
+	}
+	if got := partErr(txnReq(topic, 0, TxnShareAcknowledgeBatch{4, 4, []int8{1}})); got != kerr.InvalidRecordState.Code {
+		t.Errorf("already staged: %d", got)
+	}
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{5, 9, []int8{1}})); r == nil || r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+		t.Errorf("over max_pending_records (8; 5 staged + 5): %+v", r)
+	}
+}
+
+// TestClientAcksHeldBack: a client's own ack of staged offsets is absorbed;
+// of acquired ones, forwarded.
+func TestClientAcksHeldBack(t *testing.T) {
+	topic := [16]byte{2}
+	e := testEngine()
+	e.setTxn("tx", 7, 2)
+	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	_, call := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{2, 4, []int8{1}}))
+	if call == nil {
+		t.Fatal("not staged")
+	}
+	out, held := e.filterClientAcks("g", topic, 0, []ackRange{{0, 9, []int8{1}}})
+	if held != 3 {
+		t.Fatalf("held %d, want 3", held)
+	}
+	if want := []ackRange{{0, 1, []int8{1}}, {5, 9, []int8{1}}}; !reflect.DeepEqual(out, want) {
+		t.Fatalf("forwarded %+v, want %+v", out, want)
+	}
+	// Commit then apply: the absorbed offsets are forgotten.
+	e.finish(call)
+	if len(e.parts[partKey{"g", topic, 0}].offsets) != 0 {
+		t.Fatalf("offsets left: %v", e.parts[partKey{"g", topic, 0}].offsets)
+	}
+	if e.pending != 0 {
+		t.Fatalf("pending %d", e.pending)
+	}
+}

@@ -1,0 +1,258 @@
+// Package markers resolves staged shadow records (DESIGN.md §3.3): it tails
+// the shadow topic with read_uncommitted and control records kept, and
+// resolves every shadow record staged by this proxy by the next transaction
+// marker (COMMIT or ABORT) of the same producer id on the same partition.
+package markers
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/staging"
+)
+
+// Resolution is the outcome of one staged shadow record.
+type Resolution struct {
+	Record    *staging.ShadowRecord
+	Offset    int64
+	Partition int32
+	Commit    bool // true: the transaction committed; false: it aborted (or timed out)
+}
+
+// Tailer consumes the shadow topic and calls onResolve for each staged record
+// of its proxy once the record's transaction has ended.
+type Tailer struct {
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	log    *slog.Logger
+	res    *resolver
+}
+
+// NewTailer builds its own consumer client from opts (seed brokers, TLS,
+// SASL, ... — anything but consumer options, which it sets itself:
+// read_uncommitted, control records kept, and exactly the partitions of
+// start) and starts tailing topic. start gives, per partition to watch, the
+// offset to start from (the proxy passes the end offsets it lists at
+// start-up, see EndOffsets, or the stable offsets, see StableOffsets).
+//
+// onResolve is called, from one goroutine, for every shadow record staged by
+// proxyID once the next COMMIT/ABORT marker of the record batch's producer id
+// with an epoch >= the batch's epoch is read on the same partition; per
+// partition in log order. Shadow records of other proxies, non-shadow records
+// and undecodable records are skipped. Each offset is handled at most once,
+// so a marker or record delivered twice results in one call.
+//
+// Fetch errors are logged and retried (by the client). Close stops the
+// Tailer.
+func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onResolve func(Resolution)) (*Tailer, error) {
+	parts := make(map[int32]kgo.Offset, len(start))
+	for p, o := range start {
+		parts[p] = kgo.NewOffset().At(o)
+	}
+	all := append([]kgo.Opt{}, opts...)
+	all = append(all,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+	)
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("markers: new client: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Tailer{
+		cl:     cl,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		log:    slog.Default().With("component", "markers", "topic", topic),
+		res:    newResolver(proxyID, onResolve),
+	}
+	go t.run(ctx)
+	return t, nil
+}
+
+func (t *Tailer) run(ctx context.Context) {
+	defer close(t.done)
+	for {
+		fs := t.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.log.Warn("shadow fetch error", "partition", p, "err", err)
+		})
+		fs.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			for _, r := range ftp.Records {
+				t.res.handle(logRecord{
+					partition:     r.Partition,
+					offset:        r.Offset,
+					producerID:    r.ProducerID,
+					producerEpoch: r.ProducerEpoch,
+					control:       r.Attrs.IsControl(),
+					transactional: r.Attrs.IsTransactional(),
+					key:           r.Key,
+					value:         r.Value,
+				})
+			}
+		})
+	}
+}
+
+// Close stops the Tailer and closes its client. No onResolve call runs after
+// Close returns.
+func (t *Tailer) Close() {
+	t.cancel()
+	<-t.done
+	t.cl.Close()
+}
+
+// Pending returns how many staged records of this proxy await a marker.
+func (t *Tailer) Pending() int { return t.res.pending() }
+
+// staged is a shadow record waiting for its marker.
+type staged struct {
+	rec    *staging.ShadowRecord
+	offset int64
+	epoch  int16
+}
+
+type partState struct {
+	next    int64               // offsets below next were handled
+	pending map[int64][]*staged // producer id -> staged, in log order
+}
+
+// logRecord is what the resolver needs of a record.
+type logRecord struct {
+	partition     int32
+	offset        int64
+	producerID    int64
+	producerEpoch int16
+	control       bool
+	transactional bool
+	key, value    []byte
+}
+
+// resolver is the Tailer's state machine, fed records in log order per
+// partition.
+type resolver struct {
+	proxyID   string
+	onResolve func(Resolution)
+
+	mu    sync.Mutex
+	parts map[int32]*partState
+}
+
+func newResolver(proxyID string, onResolve func(Resolution)) *resolver {
+	return &resolver{proxyID: proxyID, onResolve: onResolve, parts: make(map[int32]*partState)}
+}
+
+func (r *resolver) pending() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ps := range r.parts {
+		for _, s := range ps.pending {
+			n += len(s)
+		}
+	}
+	return n
+}
+
+// Control record key: int16 version, int16 type.
+const (
+	controlAbort  = 0
+	controlCommit = 1
+)
+
+func (r *resolver) handle(rec logRecord) {
+	r.mu.Lock()
+	ps := r.parts[rec.partition]
+	if ps == nil {
+		ps = &partState{next: -1, pending: make(map[int64][]*staged)}
+		r.parts[rec.partition] = ps
+	}
+	if rec.offset < ps.next {
+		r.mu.Unlock()
+		return // seen already
+	}
+	ps.next = rec.offset + 1
+
+	var out []Resolution
+	switch {
+	case rec.control:
+		if len(rec.key) < 4 {
+			break
+		}
+		typ := int16(binary.BigEndian.Uint16(rec.key[2:4]))
+		if typ != controlAbort && typ != controlCommit {
+			break // other control records (e.g. leader change markers)
+		}
+		list := ps.pending[rec.producerID]
+		keep := list[:0]
+		for _, s := range list {
+			if s.epoch <= rec.producerEpoch {
+				out = append(out, Resolution{Record: s.rec, Offset: s.offset, Partition: rec.partition, Commit: typ == controlCommit})
+			} else {
+				keep = append(keep, s)
+			}
+		}
+		if len(keep) == 0 {
+			delete(ps.pending, rec.producerID)
+		} else {
+			ps.pending[rec.producerID] = keep
+		}
+	case rec.transactional && staging.IsShadowRecord(rec.value):
+		sr, err := staging.DecodeShadowRecord(rec.value)
+		if err != nil || sr.ProxyID != r.proxyID {
+			break
+		}
+		ps.pending[rec.producerID] = append(ps.pending[rec.producerID], &staged{rec: sr, offset: rec.offset, epoch: rec.producerEpoch})
+	}
+	r.mu.Unlock()
+	for _, res := range out {
+		r.onResolve(res)
+	}
+}
+
+// EndOffsets returns the end offset (high watermark) of every partition of
+// topic. Records staged before these offsets are not seen by a Tailer started
+// from them.
+func EndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	l, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	return listed(l, err, topic)
+}
+
+// StableOffsets returns the last stable offset of every partition of topic:
+// every transaction with data below it has its marker below it. A Tailer
+// started from them sees every staged record whose transaction was still
+// open when they were listed (and more), which is what a restarted proxy
+// needs to resolve records staged by its previous run.
+func StableOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	l, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	return listed(l, err, topic)
+}
+
+func listed(l kadm.ListedOffsets, err error, topic string) (map[int32]int64, error) {
+	if err == nil {
+		err = l.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("markers: list offsets of %q: %w", topic, err)
+	}
+	ps, ok := l[topic]
+	if !ok {
+		return nil, fmt.Errorf("markers: list offsets: topic %q not found", topic)
+	}
+	out := make(map[int32]int64, len(ps))
+	for p, o := range ps {
+		out[p] = o.Offset
+	}
+	return out, nil
+}

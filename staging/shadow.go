@@ -1,0 +1,319 @@
+// Package staging holds the durable half of TX_PENDING (DESIGN.md §3.2): the
+// shadow record format, the mapping from a transactional id to its shadow
+// partition, and the Writer that appends a shadow record inside a client's
+// Kafka transaction.
+package staging
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+)
+
+// ShadowRecord is the value of one record in the shadow topic: the
+// acknowledgements staged by one TxnShareAcknowledge call on one shadow
+// partition, written inside the caller's transaction. It takes effect if and
+// only if that transaction commits (the markers package resolves it).
+//
+// # Wire format, version 1
+//
+// All integers are big-endian. A string is a uint32 byte length followed by
+// that many bytes. An array is a uint32 element count followed by the
+// elements. There is no trailing data: a decoder of version 1 rejects bytes
+// after the last field, so the encoding of a record is unique.
+//
+//	magic            [4]byte  "STXR"
+//	version          int8     1
+//	proxy_id         string
+//	transactional_id string
+//	producer_id      int64
+//	producer_epoch   int16
+//	group_id         string
+//	member_id        string
+//	topics           array of
+//	  topic_id         [16]byte
+//	  partitions       array of
+//	    partition        int32
+//	    batches          array of
+//	      first_offset     int64
+//	      last_offset      int64
+//	      acknowledge_types  array of int8   (one for the whole range, or one per offset)
+//
+// A later version keeps the magic and the version byte in place; a version 1
+// decoder answers ErrUnsupportedVersion for it.
+//
+// The record key is null. The producer id and epoch in the value are
+// informational: the tailer resolves by the ones of the record batch.
+type ShadowRecord struct {
+	Version         int8   // 1
+	ProxyID         string // which sharetx process staged it
+	TransactionalID string
+	ProducerID      int64
+	ProducerEpoch   int16
+	GroupID         string
+	MemberID        string
+	Topics          []ShadowTopic
+}
+
+// ShadowTopic is one share-partitioned topic of a ShadowRecord.
+type ShadowTopic struct {
+	TopicID    [16]byte
+	Partitions []ShadowPartition
+}
+
+// ShadowPartition is one partition of a ShadowTopic.
+type ShadowPartition struct {
+	Partition int32
+	Batches   []ShadowBatch
+}
+
+// ShadowBatch is one acknowledgement range, inclusive at both ends.
+// AcknowledgeTypes holds one type for the whole range or one per offset.
+type ShadowBatch struct {
+	FirstOffset, LastOffset int64
+	AcknowledgeTypes        []int8
+}
+
+// ShadowVersion is the version this package writes.
+const ShadowVersion int8 = 1
+
+// shadowMagic starts every shadow record value.
+var shadowMagic = [4]byte{'S', 'T', 'X', 'R'}
+
+// Decoding errors.
+var (
+	ErrNotShadow          = errors.New("staging: not a shadow record (bad magic)")
+	ErrUnsupportedVersion = errors.New("staging: unsupported shadow record version")
+	ErrTruncated          = errors.New("staging: shadow record truncated or a length exceeds the bytes left")
+	ErrTrailingBytes      = errors.New("staging: trailing bytes after shadow record")
+)
+
+// IsShadowRecord reports whether value starts with the shadow record magic.
+// It does not validate the rest.
+func IsShadowRecord(value []byte) bool {
+	return len(value) >= len(shadowMagic) && [4]byte(value[:4]) == shadowMagic
+}
+
+// AppendTo appends the encoding of r to dst and returns it. A zero Version is
+// written as ShadowVersion.
+func (r *ShadowRecord) AppendTo(dst []byte) []byte {
+	v := r.Version
+	if v == 0 {
+		v = ShadowVersion
+	}
+	be := binary.BigEndian
+	dst = append(dst, shadowMagic[:]...)
+	dst = append(dst, byte(v))
+	dst = appendString(dst, r.ProxyID)
+	dst = appendString(dst, r.TransactionalID)
+	dst = be.AppendUint64(dst, uint64(r.ProducerID))
+	dst = be.AppendUint16(dst, uint16(r.ProducerEpoch))
+	dst = appendString(dst, r.GroupID)
+	dst = appendString(dst, r.MemberID)
+	dst = be.AppendUint32(dst, uint32(len(r.Topics)))
+	for _, t := range r.Topics {
+		dst = append(dst, t.TopicID[:]...)
+		dst = be.AppendUint32(dst, uint32(len(t.Partitions)))
+		for _, p := range t.Partitions {
+			dst = be.AppendUint32(dst, uint32(p.Partition))
+			dst = be.AppendUint32(dst, uint32(len(p.Batches)))
+			for _, b := range p.Batches {
+				dst = be.AppendUint64(dst, uint64(b.FirstOffset))
+				dst = be.AppendUint64(dst, uint64(b.LastOffset))
+				dst = be.AppendUint32(dst, uint32(len(b.AcknowledgeTypes)))
+				for _, at := range b.AcknowledgeTypes {
+					dst = append(dst, byte(at))
+				}
+			}
+		}
+	}
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
+
+// Validate checks what the wire format cannot: every batch has
+// FirstOffset <= LastOffset, FirstOffset >= 0, and either one acknowledge
+// type or one per offset. It does not restrict the type values.
+func (r *ShadowRecord) Validate() error {
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			for _, b := range p.Batches {
+				if b.FirstOffset < 0 || b.LastOffset < b.FirstOffset {
+					return fmt.Errorf("staging: partition %d: invalid range [%d, %d]", p.Partition, b.FirstOffset, b.LastOffset)
+				}
+				n := len(b.AcknowledgeTypes)
+				if n != 1 && uint64(n) != uint64(b.LastOffset-b.FirstOffset)+1 {
+					return fmt.Errorf("staging: partition %d: range [%d, %d] has %d acknowledge types", p.Partition, b.FirstOffset, b.LastOffset, n)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Minimum encoded sizes, used to bound every count by the bytes left.
+const (
+	minTopicLen     = 16 + 4
+	minPartitionLen = 4 + 4
+	minBatchLen     = 8 + 8 + 4
+)
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) take(n int) []byte {
+	if r.err != nil || n < 0 || n > len(r.b) {
+		r.err = ErrTruncated
+		return nil
+	}
+	s := r.b[:n]
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) u8() uint8 {
+	if s := r.take(1); s != nil {
+		return s[0]
+	}
+	return 0
+}
+
+func (r *reader) u16() uint16 {
+	if s := r.take(2); s != nil {
+		return binary.BigEndian.Uint16(s)
+	}
+	return 0
+}
+
+func (r *reader) u32() uint32 {
+	if s := r.take(4); s != nil {
+		return binary.BigEndian.Uint32(s)
+	}
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if s := r.take(8); s != nil {
+		return binary.BigEndian.Uint64(s)
+	}
+	return 0
+}
+
+func (r *reader) str() string {
+	n := r.u32()
+	if r.err != nil || uint64(n) > uint64(len(r.b)) {
+		r.err = ErrTruncated
+		return ""
+	}
+	return string(r.take(int(n)))
+}
+
+// count reads an array length and checks that at least n*minElem bytes are
+// left, so no allocation exceeds what the input justifies.
+func (r *reader) count(minElem int) int {
+	n := r.u32()
+	if r.err != nil || uint64(n)*uint64(minElem) > uint64(len(r.b)) {
+		r.err = ErrTruncated
+		return 0
+	}
+	return int(n)
+}
+
+// DecodeShadowRecord decodes a shadow record value. It never panics, and it
+// allocates at most a small constant factor of len(b): every length and count
+// is checked against the bytes left before anything is allocated.
+func DecodeShadowRecord(b []byte) (*ShadowRecord, error) {
+	if !IsShadowRecord(b) {
+		return nil, ErrNotShadow
+	}
+	r := &reader{b: b[len(shadowMagic):]}
+	rec := &ShadowRecord{Version: int8(r.u8())}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if rec.Version != ShadowVersion {
+		return nil, fmt.Errorf("%w: %d", ErrUnsupportedVersion, rec.Version)
+	}
+	rec.ProxyID = r.str()
+	rec.TransactionalID = r.str()
+	rec.ProducerID = int64(r.u64())
+	rec.ProducerEpoch = int16(r.u16())
+	rec.GroupID = r.str()
+	rec.MemberID = r.str()
+	if nt := r.count(minTopicLen); nt > 0 {
+		rec.Topics = make([]ShadowTopic, nt)
+		for i := range rec.Topics {
+			t := &rec.Topics[i]
+			copy(t.TopicID[:], r.take(16))
+			np := r.count(minPartitionLen)
+			if np > 0 {
+				t.Partitions = make([]ShadowPartition, np)
+			}
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				p.Partition = int32(r.u32())
+				nb := r.count(minBatchLen)
+				if nb > 0 {
+					p.Batches = make([]ShadowBatch, nb)
+				}
+				for k := range p.Batches {
+					bt := &p.Batches[k]
+					bt.FirstOffset = int64(r.u64())
+					bt.LastOffset = int64(r.u64())
+					na := r.count(1)
+					if na > 0 {
+						raw := r.take(na)
+						bt.AcknowledgeTypes = make([]int8, na)
+						for x, c := range raw {
+							bt.AcknowledgeTypes[x] = int8(c)
+						}
+					}
+				}
+				if r.err != nil {
+					return nil, r.err
+				}
+			}
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, ErrTrailingBytes
+	}
+	return rec, nil
+}
+
+// ShadowPartitionFor returns the shadow partition of a transactional id:
+// FNV-1a (32 bit) of the id, modulo partitions. Clients compute the same
+// value, so it must never change. It returns 0 if partitions <= 0.
+func ShadowPartitionFor(transactionalID string, partitions int32) int32 {
+	if partitions <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(transactionalID))
+	return int32(h.Sum32() % uint32(partitions))
+}
+
+// TouchPartitionFor returns (ShadowPartitionFor+1) % partitions: a partition
+// of the shadow topic, different from the shadow partition when partitions
+// >= 2, where a client may write a filler record so that its transaction has
+// a partition of its own (franz-go sends no EndTxn for a transaction in which
+// the client produced nothing). The filler must never go to the shadow
+// partition itself: the client and the Writer would then both use sequence
+// numbers from 0 for the same (producer id, epoch, partition), and the broker
+// would drop one batch as a duplicate. The tailer ignores non-shadow records.
+func TouchPartitionFor(transactionalID string, partitions int32) int32 {
+	if partitions <= 0 {
+		return 0
+	}
+	return (ShadowPartitionFor(transactionalID, partitions) + 1) % partitions
+}
