@@ -94,6 +94,9 @@ func init() {
 			b := &resp.NodeEndpoints[i]
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
 		}
+		if env.KIP != nil && resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code {
+			env.KIP.m.epochErrors.Inc()
+		}
 		st, ok := state.(*shareState)
 		if !ok || env.KIP == nil || resp.ErrorCode != 0 {
 			return changed

@@ -66,6 +66,7 @@ type kipMetrics struct {
 	applyLatency  prometheus.Histogram
 	applyFailures *prometheus.CounterVec
 	absorbed      prometheus.Counter
+	epochErrors   prometheus.Counter
 }
 
 // session is a member's share session on one broker, as the proxy
@@ -113,10 +114,12 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "Committed acknowledgements the broker did not apply, by error."}, []string{"error"})
 	absorbed := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_acks_absorbed_total",
 		Help: "Offsets a client acknowledged itself while they were TX_PENDING or committed; never forwarded."})
+	epochErrs := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_share_session_epoch_errors_total",
+		Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed)
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs)
 	}
-	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed}
+	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed, epochErrors: epochErrs}
 	return e
 }
 
@@ -764,6 +767,7 @@ type Stats struct {
 	Aborted       float64
 	AbsorbedAcks  float64
 	ApplyFailures float64
+	EpochErrors   float64 // INVALID_SHARE_SESSION_EPOCH answers seen by clients
 }
 
 // Stats returns a snapshot of the engine.
@@ -812,9 +816,12 @@ func (e *KIP1289) Stats() Stats {
 	st.Committed = sum(e.m.markers, "commit")
 	st.Aborted = sum(e.m.markers, "abort")
 	st.ApplyFailures = sum(e.m.applyFailures, "")
-	var a dto.Metric
+	var a, ee dto.Metric
 	if e.m.absorbed.Write(&a) == nil {
 		st.AbsorbedAcks = a.Counter.GetValue()
+	}
+	if e.m.epochErrors.Write(&ee) == nil {
+		st.EpochErrors = ee.Counter.GetValue()
 	}
 	return st
 }

@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/client"
+	"github.com/sharetx/sharetx/intercept"
+)
+
+// pollSome polls until it gets records (at most max).
+func (s *kipSetup) pollSome(t *testing.T, ctx context.Context, max int) []*kgo.Record {
+	t.Helper()
+	for {
+		if ctx.Err() != nil {
+			t.Fatal("no records to poll")
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		recs := s.consumer.PollRecords(pctx, max).Records()
+		cancel()
+		if len(recs) > 0 {
+			return recs
+		}
+	}
+}
+
+// remaining closes the setup's consumer, then drains the share group with a
+// fresh consumer connected straight to the cluster (not through the proxy)
+// and returns what it was delivered. Records the broker acknowledged are
+// never delivered again; records it still counts acquired were released by
+// the close and come back. The share-group lag is no substitute: on a real
+// broker it does not count acquired records.
+func (s *kipSetup) remaining(t *testing.T, b *Backend, quiet time.Duration) []*kgo.Record {
+	t.Helper()
+	s.consumer.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.FetchMaxWait(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	last := time.Now()
+	for time.Since(last) < quiet {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		recs := cl.PollRecords(ctx, 100).Records()
+		cancel()
+		if len(recs) > 0 {
+			got = append(got, recs...)
+			last = time.Now()
+		}
+	}
+	return got
+}
+
+func acksOf(recs []*kgo.Record, ty client.AcknowledgeType) *client.ShareAcknowledgements {
+	a := client.NewShareAcknowledgements()
+	for _, r := range recs {
+		a.Add(r, ty)
+	}
+	return a
+}
+
+// TestKIP1289AckOnlyTransactionCommits: a transaction that produces nothing
+// and only acknowledges (say, it rejected a whole poll) still commits: the
+// acknowledgements are applied (REJECT archives the records).
+func TestKIP1289AckOnlyTransactionCommits(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		const n = 10
+		s := newKIPSetup(t, b, n)
+		ctx := ctxT(t, 2*time.Minute)
+		done := 0
+		for done < n {
+			recs := s.pollSome(t, ctx, n)
+			if err := s.producer.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Reject), s.md); err != nil {
+				t.Fatalf("TxnShareAcknowledge: %v", err)
+			}
+			if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatalf("commit of an ack-only transaction: %v", err)
+			}
+			done += len(recs)
+		}
+		Wait(t, 30*time.Second, "applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		if left := s.remaining(t, b, 3*time.Second); len(left) != 0 {
+			t.Fatalf("%d records delivered again after the ack-only transaction committed their REJECT", len(left))
+		}
+	})
+}
+
+// TestKIP1289ClientAckOfPendingNeverReachesBroker: the share consumer's
+// implicit ACCEPT of records that are TX_PENDING is held back by the proxy:
+// when the transaction then aborts, the records are still the broker's to
+// redeliver.
+func TestKIP1289ClientAckOfPendingNeverReachesBroker(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newKIPSetup(t, b, 8)
+		ctx := ctxT(t, 2*time.Minute)
+		// One poll: the next poll acknowledges this one's records implicitly.
+		recs := s.pollSome(t, ctx, 8)
+		n := len(recs)
+		if err := s.producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+			t.Fatal(err)
+		}
+		before := s.p.KIP().Stats().AbsorbedAcks
+		// The next poll carries the implicit ACCEPT of every record above.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		s.consumer.PollRecords(pctx, 1)
+		cancel()
+		Wait(t, 10*time.Second, "the implicit acknowledgement to be absorbed", func() bool {
+			return s.p.KIP().Stats().AbsorbedAcks >= before+float64(n)
+		})
+		// Abort: had the ACCEPT reached the broker, the records would be
+		// acknowledged for good. Held back, they are still acquired by the
+		// member, and closing it releases them for redelivery.
+		if err := s.producer.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+		back := map[[2]int64]bool{}
+		for _, r := range s.remaining(t, b, 3*time.Second) {
+			back[[2]int64{int64(r.Partition), r.Offset}] = true
+		}
+		for _, r := range recs {
+			if !back[[2]int64{int64(r.Partition), r.Offset}] {
+				t.Errorf("record %d@%d was not redelivered after the abort: the client's acknowledgement of it while TX_PENDING reached the broker", r.Offset, r.Partition)
+			}
+		}
+	})
+}
+
+// TestKIP1289TransactionProxyNeverSaw: a producer that initialized straight
+// against the cluster cannot use the proxy's credentials to write into its
+// transaction: INVALID_PRODUCER_ID_MAPPING, nothing staged.
+func TestKIP1289TransactionProxyNeverSaw(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newKIPSetup(t, b, 4)
+		ctx := ctxT(t, 2*time.Minute)
+		recs := s.pollSome(t, ctx, 4)
+		txnID := Unique("direct")
+		direct, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(s.out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer direct.Close()
+		if err := direct.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := direct.ProduceSync(ctx, kgo.StringRecord("direct")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		pid, epoch, err := direct.ProducerID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		topicID := topicIDOf(t, s.admin, s.in)
+		req := &intercept.TxnShareAcknowledgeRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch,
+			GroupID: s.group, MemberEpoch: -1, Topics: []intercept.TxnShareAcknowledgeTopic{{TopicID: topicID,
+				Partitions: []intercept.TxnShareAcknowledgePartition{{Partition: recs[0].Partition,
+					AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: recs[0].Offset, LastOffset: recs[0].Offset, AcknowledgeTypes: []int8{1}}}}}}}}
+		resp := rawRoundTrip(t, s.p.Addr, req).(*intercept.TxnShareAcknowledgeResponse)
+		if resp.ErrorCode != kerr.InvalidProducerIDMapping.Code {
+			t.Fatalf("error %d (%v), want INVALID_PRODUCER_ID_MAPPING", resp.ErrorCode, deref(resp.ErrorMessage))
+		}
+		if p := s.p.KIP().Stats().Pending; p != 0 {
+			t.Fatalf("%d records staged by a refused call", p)
+		}
+		direct.EndTransaction(ctx, kgo.TryAbort)
+	})
+}
+
+// TestKIP1289ZombieFenced: once a new producer with the same transactional
+// id initialized, the old one (a zombie) cannot stage acknowledgements.
+func TestKIP1289ZombieFenced(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newKIPSetup(t, b, 4)
+		ctx := ctxT(t, 2*time.Minute)
+		recs := s.pollSome(t, ctx, 4)
+		txnID := Unique("zombie")
+		mk := func() *kgo.Client {
+			return s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(s.out)}, client.ClientOpts()...)...)
+		}
+		zombie := mk()
+		if err := zombie.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := zombie.ProduceSync(ctx, kgo.StringRecord("zombie")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		fresh := mk()
+		if err := fresh.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := fresh.ProduceSync(ctx, kgo.StringRecord("fresh")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		// The proxy's own check, without the client library's touch record
+		// (which the broker already refuses): the zombie's epoch is old.
+		zpid, zepoch, _ := zombie.ProducerID(ctx)
+		raw := &intercept.TxnShareAcknowledgeRequest{TransactionalID: txnID, ProducerID: zpid, ProducerEpoch: zepoch,
+			GroupID: s.group, MemberEpoch: -1, Topics: []intercept.TxnShareAcknowledgeTopic{{TopicID: topicIDOf(t, s.admin, s.in),
+				Partitions: []intercept.TxnShareAcknowledgePartition{{Partition: recs[0].Partition,
+					AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: recs[0].Offset, LastOffset: recs[0].Offset, AcknowledgeTypes: []int8{1}}}}}}}}
+		if resp := rawRoundTrip(t, s.p.Addr, raw).(*intercept.TxnShareAcknowledgeResponse); resp.ErrorCode != kerr.ProducerFenced.Code {
+			t.Fatalf("zombie epoch %d: error %d (%s), want PRODUCER_FENCED", zepoch, resp.ErrorCode, deref(resp.ErrorMessage))
+		}
+		err := client.SendShareAcknowledgementsToTransaction(ctx, zombie, acksOf(recs, client.Accept), s.md)
+		if err == nil {
+			t.Fatal("a fenced producer staged acknowledgements")
+		}
+		t.Logf("zombie refused: %v", err)
+		if p := s.p.KIP().Stats().Pending; p != 0 {
+			t.Fatalf("%d records staged by a zombie", p)
+		}
+		// The fresh producer stages them and commits.
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, fresh, acksOf(recs, client.Accept), s.md); err != nil {
+			t.Fatalf("fresh producer: %v", err)
+		}
+		if err := fresh.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		Wait(t, 30*time.Second, "applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+	})
+}
+
+// TestKIP1289TransactionTimeout: a transaction that never ends is aborted by
+// the coordinator; its ABORT marker reverts the staged records to ACQUIRED,
+// so the member can stage them again in a new transaction.
+func TestKIP1289TransactionTimeout(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newKIPSetup(t, b, 4)
+		ctx := ctxT(t, 3*time.Minute)
+		recs := s.pollSome(t, ctx, 4)
+		stuck := s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(Unique("stuck")), kgo.DefaultProduceTopic(s.out),
+			kgo.TransactionTimeout(time.Second)}, client.ClientOpts()...)...)
+		if err := stuck.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, stuck, acksOf(recs, client.Accept), s.md); err != nil {
+			t.Fatal(err)
+		}
+		if p := s.p.KIP().Stats().Pending; p != len(recs) {
+			t.Fatalf("%d pending, want %d", p, len(recs))
+		}
+		// No EndTxn: only the coordinator's timeout abort (a marker) ends it.
+		Wait(t, 90*time.Second, "the timed-out transaction's ABORT marker", func() bool {
+			st := s.p.KIP().Stats()
+			return st.Aborted >= 1 && st.Pending == 0
+		})
+		if err := s.producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+			t.Fatalf("staging the reverted records again: %v", err)
+		}
+		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func topicIDOf(t *testing.T, cl *kgo.Client, topic string) [16]byte {
+	t.Helper()
+	md, err := kadm.NewClient(cl).Metadata(ctxT(t, 30*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md.Topics[topic].ID
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
