@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/client"
+	"github.com/sharetx/sharetx/intercept"
 )
 
 // kipSetup is a share group over an input topic, a transactional producer
@@ -233,6 +234,46 @@ func TestKIP1289Refusals(t *testing.T) {
 		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md)
 		if !errors.Is(err, kerr.InvalidRecordState) {
 			t.Fatalf("already TX_PENDING: %v, want INVALID_RECORD_STATE", err)
+		}
+
+		// The member as the broker knows it, to name it explicitly.
+		dg, err := kadm.NewClient(s.admin).DescribeShareGroups(ctx, s.group)
+		if err != nil || len(dg[s.group].Members) != 1 {
+			t.Fatalf("describe share group: %v %+v", err, dg)
+		}
+		member := dg[s.group].Members[0]
+		pid, epoch, _ := s.producer.ProducerID(ctx)
+		txnID, _ := s.producer.OptValue(kgo.TransactionalID).(string)
+		raw := func(memberID string, memberEpoch int32, ty int8, r *kgo.Record) *intercept.TxnShareAcknowledgeResponse {
+			req := &intercept.TxnShareAcknowledgeRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch,
+				GroupID: s.group, MemberID: &memberID, MemberEpoch: memberEpoch, Topics: []intercept.TxnShareAcknowledgeTopic{{
+					TopicID: topicIDOf(t, s.admin, s.in), Partitions: []intercept.TxnShareAcknowledgePartition{{Partition: r.Partition,
+						AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: r.Offset, LastOffset: r.Offset, AcknowledgeTypes: []int8{ty}}}}}}}}
+			return rawRoundTrip(t, s.p.Addr, req).(*intercept.TxnShareAcknowledgeResponse)
+		}
+		partCode := func(r *intercept.TxnShareAcknowledgeResponse) int16 {
+			if r.ErrorCode != 0 || len(r.Topics) == 0 || len(r.Topics[0].Partitions) == 0 {
+				return r.ErrorCode
+			}
+			return r.Topics[0].Partitions[0].ErrorCode
+		}
+		other := recs[len(recs)-1]
+		if other == recs[0] {
+			t.Fatal("need two records")
+		}
+		// Stale member epoch.
+		if got := raw(member.MemberID, member.MemberEpoch-1, 1, other); got.ErrorCode != kerr.StaleMemberEpoch.Code {
+			t.Errorf("stale member epoch: %d (%s), want STALE_MEMBER_EPOCH", got.ErrorCode, deref(got.ErrorMessage))
+		}
+		// RELEASE, RENEW and GAP cannot be transactional.
+		for _, ty := range []int8{2, 4, 0} {
+			if got := partCode(raw(member.MemberID, member.MemberEpoch, ty, other)); got != kerr.InvalidRecordState.Code {
+				t.Errorf("acknowledge type %d: %d, want INVALID_RECORD_STATE", ty, got)
+			}
+		}
+		// The right member and epoch, named explicitly: staged.
+		if got := raw(member.MemberID, member.MemberEpoch, 1, other); partCode(got) != 0 {
+			t.Errorf("explicit member: %d %+v", partCode(got), got)
 		}
 		if err := s.producer.EndTransaction(ctx, kgo.TryAbort); err != nil {
 			t.Fatal(err)

@@ -754,6 +754,24 @@ func (e *KIP1289) Prune(now time.Time) {
 			delete(e.parts, k)
 		}
 	}
+	// Sessions whose connection closed: the broker dropped them too (a new
+	// connection opens a new session at epoch 0).
+	for k, s := range e.sessions {
+		if s.mu.TryLock() {
+			closed := false
+			if s.conn != nil {
+				select {
+				case <-s.conn.Done():
+					closed = true
+				default:
+				}
+			}
+			s.mu.Unlock()
+			if closed {
+				delete(e.sessions, k)
+			}
+		}
+	}
 }
 
 // Stats is a snapshot of the engine for tests, benchmarks and logs.
