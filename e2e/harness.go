@@ -129,7 +129,11 @@ func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 		t.Fatalf("proxy config: %v", err)
 	}
 	logs := &LogBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level := slog.LevelInfo
+	if os.Getenv("E2E_PROXY_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
 	srv, err := proxy.New(cfg, log, nil)
 	if err != nil {
 		t.Fatalf("proxy: %v", err)

@@ -1,6 +1,8 @@
 package intercept
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -10,6 +12,8 @@ import (
 // shareState is what a ShareFetch/ShareAcknowledge request leaves for its
 // response: who sent it, and the partitions whose acks the proxy held back.
 type shareState struct {
+	counted       bool  // counted in the session's in-flight requests
+	epoch         int32 // upstream epoch sent
 	node          int32
 	group, member string
 	held          map[[16]byte]map[int32]bool
@@ -23,6 +27,62 @@ func (s *shareState) hold(topic [16]byte, partition int32) {
 		s.held[topic] = map[int32]bool{}
 	}
 	s.held[topic][partition] = true
+}
+
+// onSession translates the request's share-session epoch (epoch points
+// into req) and returns the action: the session stays locked until the
+// request is written, so epochs reach the broker in the order assigned.
+func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) Action {
+	sess := e.session(st.node, st.group, st.member)
+	sess.mu.Lock()
+	if up := sess.translate(r.Conn, *epoch, r.Version); up != *epoch {
+		*epoch = up
+		changed = true
+	}
+	st.epoch = *epoch
+	if *epoch >= 0 {
+		sess.inflight++
+		st.counted = true
+	}
+	if e.log.Enabled(context.Background(), slog.LevelDebug) {
+		e.log.Debug("share session request", "key", r.Key, "node", st.node, "member", st.member, "epoch", *epoch, "last", sess.last, "delta", sess.delta)
+	}
+	act := Action{After: sess.mu.Unlock, State: st}
+	if changed {
+		act.Body = req.AppendTo(nil)
+	}
+	return act
+}
+
+// responded marks a client request of a share session answered.
+func (e *KIP1289) responded(state any) {
+	st, ok := state.(*shareState)
+	if e == nil || !ok || !st.counted {
+		return
+	}
+	sess := e.session(st.node, st.group, st.member)
+	sess.mu.Lock()
+	if sess.inflight > 0 {
+		sess.inflight--
+	}
+	sess.mu.Unlock()
+}
+
+// noteSessionError counts INVALID_SHARE_SESSION_EPOCH answers to clients.
+func (e *KIP1289) noteSessionError(code int16, state any, api string) {
+	e.responded(state)
+	if e == nil || code != kerr.InvalidShareSessionEpoch.Code {
+		return
+	}
+	e.m.epochErrors.Inc()
+	if st, ok := state.(*shareState); ok {
+		sess := e.session(st.node, st.group, st.member)
+		sess.mu.Lock()
+		last, delta := sess.last, sess.delta
+		sess.mu.Unlock()
+		e.log.Warn("a client got INVALID_SHARE_SESSION_EPOCH", "api", api, "sent_epoch", st.epoch, "node", st.node,
+			"group", st.group, "member", st.member, "session_last", last, "session_delta", delta)
+	}
 }
 
 func deref(s *string) string {
@@ -75,17 +135,7 @@ func init() {
 				}
 			}
 		}
-		sess := e.session(st.node, st.group, st.member)
-		sess.mu.Lock()
-		if up := sess.translate(r.Conn, req.ShareSessionEpoch, r.Version); up != req.ShareSessionEpoch {
-			req.ShareSessionEpoch = up
-			changed = true
-		}
-		act := Action{After: sess.mu.Unlock, State: st}
-		if changed {
-			act.Body = req.AppendTo(nil)
-		}
-		return act
+		return e.onSession(r, st, &req.ShareSessionEpoch, changed, req)
 	})
 	register(kmsg.ShareFetch, func(env *Env, state any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ShareFetchResponse)
@@ -94,9 +144,7 @@ func init() {
 			b := &resp.NodeEndpoints[i]
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
 		}
-		if env.KIP != nil && resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code {
-			env.KIP.m.epochErrors.Inc()
-		}
+		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareFetch")
 		st, ok := state.(*shareState)
 		if !ok || env.KIP == nil || resp.ErrorCode != 0 {
 			return changed

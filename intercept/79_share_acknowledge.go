@@ -53,17 +53,7 @@ func init() {
 			}
 			req.Topics = keepTopics
 		}
-		sess := e.session(st.node, st.group, st.member)
-		sess.mu.Lock()
-		if up := sess.translate(r.Conn, req.ShareSessionEpoch, r.Version); up != req.ShareSessionEpoch {
-			req.ShareSessionEpoch = up
-			changed = true
-		}
-		act := Action{After: sess.mu.Unlock, State: st}
-		if changed {
-			act.Body = req.AppendTo(nil)
-		}
-		return act
+		return e.onSession(r, st, &req.ShareSessionEpoch, changed, req)
 	})
 	register(kmsg.ShareAcknowledge, func(env *Env, state any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ShareAcknowledgeResponse)
@@ -72,9 +62,7 @@ func init() {
 			b := &resp.NodeEndpoints[i]
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
 		}
-		if env.KIP != nil && resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code {
-			env.KIP.m.epochErrors.Inc()
-		}
+		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareAcknowledge")
 		st, ok := state.(*shareState)
 		if !ok || env.KIP == nil || len(st.held) == 0 || resp.ErrorCode != 0 {
 			return changed

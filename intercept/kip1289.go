@@ -57,6 +57,20 @@ type KIP1289 struct {
 	applyCtx    context.Context
 	applyCancel context.CancelFunc
 	conflict    atomic.Bool // the cluster advertises our key
+
+	// side sends a request to a broker on the proxy's own connection. The
+	// broker takes a member's ShareAcknowledge on any connection when the
+	// member id and session epoch are right, so committed acks need not wait
+	// behind a long-poll ShareFetch on the client's connection.
+	side func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)
+}
+
+// SetSideChannel installs the proxy's own connection to the brokers for
+// applying acknowledgements (see KIP1289.side).
+func (e *KIP1289) SetSideChannel(fn func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.side = fn
 }
 
 type kipMetrics struct {
@@ -73,11 +87,12 @@ type kipMetrics struct {
 // translates it: the client numbers its requests 0,1,2,...; the proxy adds
 // delta (the requests it injected) before they go upstream.
 type session struct {
-	mu      sync.Mutex
-	delta   int32
-	last    int32 // upstream epoch of the last request written; -1 none
-	conn    Conn
-	version int16 // ShareAcknowledge version to inject
+	mu       sync.Mutex
+	delta    int32
+	last     int32 // upstream epoch of the last request written; -1 none
+	conn     Conn
+	version  int16 // ShareAcknowledge version to inject
+	inflight int   // client requests on the session still waiting for their response
 }
 
 // NewKIP1289 builds the engine. writer may be nil until the shadow topic is
@@ -255,6 +270,7 @@ func (s *session) translate(conn Conn, clientEpoch int32, version int16) int32 {
 	case clientEpoch == 0: // a new session
 		s.delta = 0
 		s.last = 0
+		s.inflight = 0
 		return 0
 	case clientEpoch < 0: // closing
 		s.last = -1
@@ -645,7 +661,7 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 			select {
 			case <-e.applyCtx.Done():
 				return e.applyCtx.Err()
-			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+			case <-time.After(time.Duration(attempt*attempt) * 2 * time.Millisecond):
 			}
 		}
 		sess.mu.Lock()
@@ -665,6 +681,49 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 		req.Version = sess.version
 		epoch := sess.last + 1
 		req.ShareSessionEpoch = epoch
+		e.mu.Lock()
+		side := e.side
+		e.mu.Unlock()
+		if side != nil && sess.inflight == 0 && attempt < 8 {
+			// On the proxy's own connection, holding the session so no
+			// client request takes the epoch meanwhile. Only while no
+			// client request of the session is in flight: a real broker
+			// answers a waiting long-poll ShareFetch with
+			// INVALID_SHARE_SESSION_EPOCH once another request moved the
+			// session on. (Behind a pending fetch, the injection goes on
+			// the client's own connection below: the broker reads it only
+			// after answering the fetch.) A client request still on its way
+			// makes ours early: the broker answers
+			// INVALID_SHARE_SESSION_EPOCH, changes nothing, and we retry.
+			ctx, cancel := context.WithTimeout(e.applyCtx, 10*time.Second)
+			r, err := side(ctx, node, req)
+			cancel()
+			resp, _ := r.(*kmsg.ShareAcknowledgeResponse)
+			if err == nil && resp != nil && resp.ErrorCode != kerr.InvalidShareSessionEpoch.Code {
+				sess.last = epoch
+				sess.delta++
+			}
+			e.log.Debug("applied on the side channel", "node", node, "member", call.member, "epoch", epoch, "err", err, "code", func() int16 {
+				if resp != nil {
+					return resp.ErrorCode
+				}
+				return -2
+			}())
+			sess.mu.Unlock()
+			switch {
+			case err != nil:
+				lastErr = err
+				continue
+			case resp == nil:
+				lastErr = errors.New("unexpected response type")
+				continue
+			case resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code:
+				e.log.Debug("applying acknowledgements: epoch not yet current, retrying", "node", node, "epoch", epoch, "attempt", attempt)
+				lastErr = kerr.ErrorForCode(resp.ErrorCode)
+				continue
+			}
+			return e.applied(call, resp)
+		}
 		wait, err := conn.StartInject(req)
 		if err == nil {
 			sess.last = epoch
@@ -694,26 +753,31 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 			lastErr = kerr.ErrorForCode(resp.ErrorCode)
 			continue
 		}
-		if resp.ErrorCode != 0 {
-			e.m.applyFailures.WithLabelValues(errName(resp.ErrorCode)).Inc()
-			return kerr.ErrorForCode(resp.ErrorCode)
-		}
-		var perr error
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if p.ErrorCode != 0 {
-					e.m.applyFailures.WithLabelValues(errName(p.ErrorCode)).Inc()
-					perr = fmt.Errorf("partition %d: %w", p.Partition, kerr.ErrorForCode(p.ErrorCode))
-				}
-			}
-		}
-		if perr == nil && !call.committed.IsZero() {
-			e.m.applyLatency.Observe(time.Since(call.committed).Seconds())
-		}
-		return perr
+		return e.applied(call, resp)
 	}
 	e.m.applyFailures.WithLabelValues("session_unavailable").Inc()
 	return lastErr
+}
+
+// applied accounts for the broker's answer to an applied acknowledgement.
+func (e *KIP1289) applied(call *stagedCall, resp *kmsg.ShareAcknowledgeResponse) error {
+	if resp.ErrorCode != 0 {
+		e.m.applyFailures.WithLabelValues(errName(resp.ErrorCode)).Inc()
+		return kerr.ErrorForCode(resp.ErrorCode)
+	}
+	var perr error
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				e.m.applyFailures.WithLabelValues(errName(p.ErrorCode)).Inc()
+				perr = fmt.Errorf("partition %d: %w", p.Partition, kerr.ErrorForCode(p.ErrorCode))
+			}
+		}
+	}
+	if perr == nil && !call.committed.IsZero() {
+		e.m.applyLatency.Observe(time.Since(call.committed).Seconds())
+	}
+	return perr
 }
 
 // finish marks a call's offsets applied; those the client already acked

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/markers"
 	"github.com/sharetx/sharetx/staging"
@@ -43,6 +45,9 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	s.tailer = t
 	s.mu.Unlock()
 	kip.SetWriter(w, n)
+	kip.SetSideChannel(func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+		return cl.Broker(int(node)).Request(ctx, req)
+	})
 	go func() {
 		tk := time.NewTicker(30 * time.Second)
 		defer tk.Stop()
