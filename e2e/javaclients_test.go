@@ -116,8 +116,8 @@ func requests(p *Proxy, api string) float64 {
 var ssPid = regexp.MustCompile(`pid=(\d+)`)
 
 // watchDirectConnections samples `ss` until ctx ends and returns the
-// connections to a broker port owned by a process that is neither this
-// test (the in-process proxy) nor a broker.
+// connections to a broker port owned by a Java process that is not a
+// broker (the Java clients under test; the proxy runs in this process).
 func watchDirectConnections(ctx context.Context, seeds []string) <-chan []string {
 	out := make(chan []string, 1)
 	ports := map[string]bool{}
@@ -174,6 +174,9 @@ func watchDirectConnections(ctx context.Context, seeds []string) <-chan []string
 					continue
 				}
 				b, _ := os.ReadFile("/proc/" + m[1] + "/cmdline")
+				if !strings.Contains(string(b), "java") {
+					continue // not a Java client (e.g. another test binary on this machine)
+				}
 				mu.Lock()
 				seen[fmt.Sprintf("pid %s (%s) -> %s", m[1], strings.ReplaceAll(string(b), "\x00", " ")[:min(80, len(b))], peer)] = true
 				mu.Unlock()

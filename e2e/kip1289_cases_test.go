@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/client"
+	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 )
 
@@ -281,4 +283,114 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// TestKIP1289ClientAcksRejectMode: with kip1289.client_acks=reject a client's
+// own acknowledgement of TX_PENDING records is answered INVALID_RECORD_STATE
+// (the KIP's answer to explicit-mode misuse), and still never forwarded.
+func TestKIP1289ClientAcksRejectMode(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds, func(c *configs.Config) { c.KIP1289.ClientAcks = "reject" })
+		rec := &DialRecorder{}
+		admin := p.NewClient(t, rec)
+		in := createTopic(t, kadm.NewClient(admin), b, 1)
+		produceN(t, admin, in, 5)
+		group := Unique("reject")
+		setShareAutoOffsetReset(t, admin, group)
+		results := make(chan error, 100)
+		consumer := p.NewClient(t, rec, append([]kgo.Opt{kgo.ShareGroup(group), kgo.ConsumeTopics(in), kgo.FetchMaxWait(500 * time.Millisecond),
+			kgo.ShareAckCallback(func(_ *kgo.Client, rs kgo.ShareAckResults) { results <- rs.Error() })}, client.ClientOpts()...)...)
+		producer := p.NewClient(t, rec, append([]kgo.Opt{kgo.TransactionalID(Unique("reject-txn"))}, client.ClientOpts()...)...)
+		ctx := ctxT(t, time.Minute)
+		var recs []*kgo.Record
+		for len(recs) == 0 && ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			recs = consumer.PollRecords(pctx, 5).Records()
+			cancel()
+		}
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, producer, acksOf(recs, client.Accept), client.NewShareGroupMetadata(group)); err != nil {
+			t.Fatal(err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		consumer.PollRecords(pctx, 1) // carries the implicit ACCEPT of recs
+		cancel()
+		var got error
+		for got == nil {
+			select {
+			case got = <-results:
+			case <-ctx.Done():
+				t.Fatal("no acknowledgement result reached the client")
+			}
+		}
+		if !errors.Is(got, kerr.InvalidRecordState) {
+			t.Fatalf("client ack of TX_PENDING records: %v, want INVALID_RECORD_STATE", got)
+		}
+		if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		Wait(t, 30*time.Second, "applied", func() bool { return p.KIP().Stats().Pending == 0 })
+	})
+}
+
+// TestKIP1289AnotherMembersOffsets: naming a member explicitly, offsets
+// another member acquired are refused with INVALID_RECORD_STATE; with the
+// member left to the proxy, each call stages for the member that acquired.
+func TestKIP1289AnotherMembersOffsets(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newKIPSetup(t, b, 40)
+		ctx := ctxT(t, 2*time.Minute)
+		member := func(id string) *kgo.Client {
+			return s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.ClientID(id),
+				kgo.FetchMaxWait(500 * time.Millisecond), kgo.ShareMaxRecords(5), kgo.ShareMaxRecordsStrict()}, client.ClientOpts()...)...)
+		}
+		s.consumer.Close() // two members of our own, with small fetches
+		memberA, memberB := member("member-a"), member("member-b")
+		var mine, theirs []*kgo.Record
+		for (len(mine) == 0 || len(theirs) == 0) && ctx.Err() == nil {
+			if len(mine) == 0 {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				mine = memberA.PollRecords(pctx, 5).Records()
+				cancel()
+			}
+			if len(theirs) == 0 {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				theirs = memberB.PollRecords(pctx, 5).Records()
+				cancel()
+			}
+		}
+		if len(mine) == 0 || len(theirs) == 0 {
+			t.Fatal("both members need records")
+		}
+		dg, err := kadm.NewClient(s.admin).DescribeShareGroups(ctx, s.group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a string
+		for _, m := range dg[s.group].Members {
+			if m.ClientID == "member-a" {
+				a = m.MemberID
+			}
+		}
+		if a == "" {
+			t.Fatalf("member A not found in %+v", dg[s.group].Members)
+		}
+		if err := s.producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		md := s.md
+		md.MemberID = a
+		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(theirs, client.Accept), md)
+		if !errors.Is(err, kerr.InvalidRecordState) {
+			t.Fatalf("member A acknowledging member B's records: %v, want INVALID_RECORD_STATE", err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(mine, client.Accept), md); err != nil {
+			t.Fatalf("member A acknowledging its own records: %v", err)
+		}
+		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

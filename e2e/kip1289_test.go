@@ -217,14 +217,19 @@ func TestKIP1289Refusals(t *testing.T) {
 			t.Fatalf("unknown member: %v, want UNKNOWN_MEMBER_ID", err)
 		}
 
-		// Offsets never acquired: INVALID_RECORD_STATE, nothing staged.
-		fake := &kgo.Record{Topic: recs[0].Topic, Partition: recs[0].Partition, Offset: 1_000_000}
+		// Partial multi-partition failure: a good partition and one whose
+		// offset was never acquired. INVALID_RECORD_STATE for the bad one,
+		// OPERATION_NOT_ATTEMPTED for the good one, nothing staged.
+		fake := &kgo.Record{Topic: recs[0].Topic, Partition: 1 - recs[0].Partition, Offset: 1_000_000}
 		acks2 := client.NewShareAcknowledgements()
 		acks2.Add(recs[0], client.Accept)
 		acks2.Add(fake, client.Accept)
 		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks2, s.md)
-		if !errors.Is(err, kerr.InvalidRecordState) {
-			t.Fatalf("never-acquired offset: %v, want INVALID_RECORD_STATE", err)
+		if !errors.Is(err, kerr.InvalidRecordState) || !errors.Is(err, kerr.OperationNotAttempted) {
+			t.Fatalf("partial failure: %v, want INVALID_RECORD_STATE and OPERATION_NOT_ATTEMPTED", err)
+		}
+		if p := s.p.KIP().Stats().Pending; p != 0 {
+			t.Fatalf("%d records staged by a call that failed on another partition", p)
 		}
 		// ...and the good offset was not staged: it can be staged now.
 		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err != nil {

@@ -154,6 +154,7 @@ func init() {
 			lock = 30 * time.Second
 		}
 		reject := env.KIP.cfg.ClientAcks == "reject"
+		answered := map[[16]byte]map[int32]bool{}
 		for ti := range resp.Topics {
 			t := &resp.Topics[ti]
 			for pi := range t.Partitions {
@@ -161,14 +162,54 @@ func init() {
 				if p.ErrorCode == 0 {
 					env.KIP.acquired(st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
 				}
-				if reject && st.held[t.TopicID][p.Partition] && p.AcknowledgeErrorCode == 0 {
-					p.AcknowledgeErrorCode = kerr.InvalidRecordState.Code
-					msg := "sharetx: these records are acknowledged by a transaction (TX_PENDING or committed)"
-					p.AcknowledgeErrorMessage = &msg
+				if !st.held[t.TopicID][p.Partition] {
+					continue
+				}
+				if answered[t.TopicID] == nil {
+					answered[t.TopicID] = map[int32]bool{}
+				}
+				answered[t.TopicID][p.Partition] = true
+				if reject && p.AcknowledgeErrorCode == 0 {
+					setHeldAckError(p)
 					changed = true
 				}
 			}
 		}
+		// A partition whose acks the proxy held back entirely may be
+		// missing from the broker's answer; the client needs an ack result
+		// for every partition it acknowledged.
+		for topic, parts := range st.held {
+			for part := range parts {
+				if answered[topic][part] {
+					continue
+				}
+				ti := -1
+				for i := range resp.Topics {
+					if resp.Topics[i].TopicID == topic {
+						ti = i
+					}
+				}
+				if ti < 0 {
+					t := kmsg.NewShareFetchResponseTopic()
+					t.TopicID = topic
+					resp.Topics = append(resp.Topics, t)
+					ti = len(resp.Topics) - 1
+				}
+				p := kmsg.NewShareFetchResponseTopicPartition()
+				p.Partition = part
+				if reject {
+					setHeldAckError(&p)
+				}
+				resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, p)
+				changed = true
+			}
+		}
 		return changed
 	})
+}
+
+func setHeldAckError(p *kmsg.ShareFetchResponseTopicPartition) {
+	p.AcknowledgeErrorCode = kerr.InvalidRecordState.Code
+	msg := "sharetx: these records are acknowledged by a transaction (TX_PENDING or committed)"
+	p.AcknowledgeErrorMessage = &msg
 }
