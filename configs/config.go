@@ -55,6 +55,11 @@ type KIP1289 struct {
 	ClientAcks string `yaml:"client_acks"`
 	// ProxyID names this process in the shadow records; empty: host-pid.
 	ProxyID string `yaml:"proxy_id"`
+	// CloseHold bounds how long a member's share session is kept open after
+	// the client closed it (or its connection) while acknowledgements are
+	// staged or committed and not yet applied. Match the producers'
+	// transaction timeout.
+	CloseHold time.Duration `yaml:"close_hold"`
 }
 
 // Listen is the client-facing side: where clients connect and what address
@@ -189,6 +194,7 @@ func Default() Config {
 			ShadowReplication: -1,
 			MaxPendingRecords: 1_000_000,
 			ClientAcks:        "absorb",
+			CloseHold:         time.Minute,
 		},
 	}
 }
@@ -485,6 +491,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.MaxPendingRecords < 1 {
 		return errorf("kip1289.max_pending_records", "must be positive")
+	}
+	if c.KIP1289.CloseHold < 0 {
+		return errorf("kip1289.close_hold", "must not be negative (0: do not hold)")
 	}
 	if c.KIP1289.ClientAcks != "absorb" && c.KIP1289.ClientAcks != "reject" {
 		return errorf("kip1289.client_acks", "%q is not absorb or reject", c.KIP1289.ClientAcks)

@@ -271,3 +271,40 @@ func Wait(t testing.TB, d time.Duration, what string, cond func() bool) {
 func Unique(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 }
+
+// KillableDialer dials like DialRecorder and can sever every connection it
+// made and refuse new ones: a client that dies without closing anything.
+type KillableDialer struct {
+	DialRecorder
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
+}
+
+// Dial implements kgo.Dialer.
+func (k *KillableDialer) Dial(ctx context.Context, network, host string) (net.Conn, error) {
+	k.mu.Lock()
+	dead := k.killed
+	k.mu.Unlock()
+	if dead {
+		return nil, fmt.Errorf("client killed")
+	}
+	c, err := k.DialRecorder.Dial(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.conns = append(k.conns, c)
+	k.mu.Unlock()
+	return c, nil
+}
+
+// Kill closes every connection and refuses new ones.
+func (k *KillableDialer) Kill() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.killed = true
+	for _, c := range k.conns {
+		c.Close()
+	}
+}

@@ -1,6 +1,9 @@
 package intercept
 
 import (
+	"context"
+	"time"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -53,6 +56,9 @@ func init() {
 			}
 			req.Topics = keepTopics
 		}
+		if req.ShareSessionEpoch == -1 && e.cfg.CloseHold > 0 && e.heldFor(st.node, st.group, st.member) > 0 {
+			return e.holdClose(r, st, req)
+		}
 		return e.onSession(r, st, &req.ShareSessionEpoch, changed, req)
 	})
 	register(kmsg.ShareAcknowledge, func(env *Env, state any, r kmsg.Response) bool {
@@ -67,42 +73,89 @@ func init() {
 		if !ok || env.KIP == nil || len(st.held) == 0 || resp.ErrorCode != 0 {
 			return changed
 		}
-		reject := env.KIP.cfg.ClientAcks == "reject"
-		for topic, parts := range st.held {
-			ti := -1
-			for i := range resp.Topics {
-				if resp.Topics[i].TopicID == topic {
-					ti = i
-				}
-			}
-			if ti < 0 {
-				t := kmsg.NewShareAcknowledgeResponseTopic()
-				t.TopicID = topic
-				resp.Topics = append(resp.Topics, t)
-				ti = len(resp.Topics) - 1
-			}
-			for part := range parts {
-				pi := -1
-				for i := range resp.Topics[ti].Partitions {
-					if resp.Topics[ti].Partitions[i].Partition == part {
-						pi = i
-					}
-				}
-				if pi < 0 {
-					p := kmsg.NewShareAcknowledgeResponseTopicPartition()
-					p.Partition = part
-					resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, p)
-					pi = len(resp.Topics[ti].Partitions) - 1
-					changed = true
-				}
-				if reject && resp.Topics[ti].Partitions[pi].ErrorCode == 0 {
-					resp.Topics[ti].Partitions[pi].ErrorCode = kerr.InvalidRecordState.Code
-					msg := "sharetx: these records are acknowledged by a transaction (TX_PENDING or committed)"
-					resp.Topics[ti].Partitions[pi].ErrorMessage = &msg
-					changed = true
-				}
+		return addHeldPartitions(resp, st, env.KIP.cfg.ClientAcks == "reject") || changed
+	})
+}
+
+// addHeldPartitions gives every partition whose acks the proxy held back an
+// entry in the response: success when absorbing, INVALID_RECORD_STATE when
+// rejecting.
+func addHeldPartitions(resp *kmsg.ShareAcknowledgeResponse, st *shareState, reject bool) bool {
+	changed := false
+	for topic, parts := range st.held {
+		ti := -1
+		for i := range resp.Topics {
+			if resp.Topics[i].TopicID == topic {
+				ti = i
 			}
 		}
-		return changed
-	})
+		if ti < 0 {
+			t := kmsg.NewShareAcknowledgeResponseTopic()
+			t.TopicID = topic
+			resp.Topics = append(resp.Topics, t)
+			ti = len(resp.Topics) - 1
+		}
+		for part := range parts {
+			pi := -1
+			for i := range resp.Topics[ti].Partitions {
+				if resp.Topics[ti].Partitions[i].Partition == part {
+					pi = i
+				}
+			}
+			if pi < 0 {
+				p := kmsg.NewShareAcknowledgeResponseTopicPartition()
+				p.Partition = part
+				resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, p)
+				pi = len(resp.Topics[ti].Partitions) - 1
+				changed = true
+			}
+			if reject && resp.Topics[ti].Partitions[pi].ErrorCode == 0 {
+				resp.Topics[ti].Partitions[pi].ErrorCode = kerr.InvalidRecordState.Code
+				msg := "sharetx: these records are acknowledged by a transaction (TX_PENDING or committed)"
+				resp.Topics[ti].Partitions[pi].ErrorMessage = &msg
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// holdClose answers a client's closing of its share session (epoch -1)
+// while acknowledgements of the session are staged or committed and not yet
+// applied: closing now would release those records for redelivery. The
+// close waits (up to kip1289.close_hold) until they are applied, then goes
+// upstream on the client's connection, and its answer is the client's.
+func (e *KIP1289) holdClose(r *Request, st *shareState, req *kmsg.ShareAcknowledgeRequest) Action {
+	return Action{Async: func() kmsg.Response {
+		if !e.waitHeld(st.node, st.group, st.member, e.cfg.CloseHold) {
+			e.log.Warn("closing a share session with acknowledgements still not applied (kip1289.close_hold passed)",
+				"group", st.group, "member", st.member, "node", st.node)
+		}
+		sess := e.session(st.node, st.group, st.member)
+		sess.mu.Lock()
+		wait, err := r.Conn.StartInject(req)
+		if err == nil {
+			sess.last = -1
+		}
+		sess.mu.Unlock()
+		fail := func(err error) kmsg.Response {
+			resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+			resp.ErrorCode = kerr.UnknownServerError.Code
+			msg := "sharetx: closing the share session upstream failed: " + err.Error()
+			resp.ErrorMessage = &msg
+			return resp
+		}
+		if err != nil {
+			return fail(err)
+		}
+		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
+		defer cancel()
+		out, err := wait(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		resp := out.(*kmsg.ShareAcknowledgeResponse)
+		addHeldPartitions(resp, st, e.cfg.ClientAcks == "reject")
+		return resp
+	}}
 }

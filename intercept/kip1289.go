@@ -907,3 +907,83 @@ func (e *KIP1289) Stats() Stats {
 	}
 	return st
 }
+
+// heldFor counts the offsets member acquired on node that are staged or
+// committed and not yet applied.
+func (e *KIP1289) heldFor(node int32, group, member string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for k, ps := range e.parts {
+		if k.group != group {
+			continue
+		}
+		for _, st := range ps.offsets {
+			if st.node == node && st.member == member && st.state >= stStaging && st.state <= stCommitted {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitHeld waits until member has nothing staged or committed-unapplied on
+// node, or d passes; it reports whether it drained.
+func (e *KIP1289) waitHeld(node int32, group, member string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for e.heldFor(node, group, member) > 0 {
+		if time.Now().After(deadline) || e.applyCtx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// sessionsOn lists the share sessions whose last request came on c.
+func (e *KIP1289) sessionsOn(c Conn) []sessionKey {
+	e.mu.Lock()
+	all := make(map[sessionKey]*session, len(e.sessions))
+	for k, s := range e.sessions {
+		all[k] = s
+	}
+	e.mu.Unlock()
+	var out []sessionKey
+	for k, s := range all {
+		s.mu.Lock()
+		on := s.conn == c && s.last >= 0
+		s.mu.Unlock()
+		if on {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// HoldsSessionsOn reports whether a share session on connection c has
+// acknowledgements staged or committed and not yet applied: closing c's
+// upstream connection would release those records.
+func (e *KIP1289) HoldsSessionsOn(c Conn) bool {
+	if e.cfg.CloseHold <= 0 {
+		return false
+	}
+	for _, k := range e.sessionsOn(c) {
+		if e.heldFor(k.node, k.group, k.member) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitSessionsDrained waits until no share session on c holds
+// acknowledgements not yet applied, or d passes.
+func (e *KIP1289) WaitSessionsDrained(c Conn, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for e.HoldsSessionsOn(c) {
+		if time.Now().After(deadline) || e.applyCtx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}

@@ -73,6 +73,7 @@ type conn struct {
 	closeOnce sync.Once
 	reason    atomic.Value // string: why the pair was closed
 	draining  atomic.Bool
+	holding   atomic.Bool // the client is gone; the upstream stays open for its share sessions
 }
 
 func newConn(s *Server, client, up net.Conn, listener string, node int32) *conn {
@@ -323,7 +324,7 @@ func (c *conn) clientReadError(err error) {
 	case c.draining.Load():
 		c.stopReading("shutdown")
 	case errors.Is(err, io.EOF):
-		c.close("client_closed")
+		c.clientGone("client_closed")
 	case errors.Is(err, ErrFrameTooLarge):
 		c.log.Warn("closing connection: request frame too large", "err", err, "limit", c.s.cfg.Limits.MaxFrameBytes)
 		c.stopReading("frame_too_large")
@@ -334,8 +335,33 @@ func (c *conn) clientReadError(err error) {
 		c.log.Warn("closing connection: client sent a truncated frame")
 		c.close("truncated_frame")
 	default:
-		c.close("client_read_error")
+		c.clientGone("client_read_error")
 	}
+}
+
+// clientGone ends the pair when the client went away, unless a share
+// session on this connection still has acknowledgements staged or committed
+// and not yet applied: closing the upstream connection would end the
+// session and the broker would release those records for redelivery. Then
+// only the client side closes; the upstream stays open until they are
+// applied (or the hold times out).
+func (c *conn) clientGone(reason string) {
+	kip := c.s.env.KIP
+	if kip == nil || !kip.HoldsSessionsOn(c) {
+		c.close(reason)
+		return
+	}
+	c.holding.Store(true)
+	c.reason.CompareAndSwap(nil, reason+"_after_hold")
+	c.client.Close()
+	c.log.Info("client gone with acknowledgements of its share session not yet applied: keeping the upstream connection open until they are")
+	go func() {
+		if !kip.WaitSessionsDrained(c, c.s.cfg.KIP1289.CloseHold) {
+			c.log.Warn("gave up holding the upstream connection of a gone client; its unapplied acknowledgements are lost and the records will be redelivered",
+				"hold", c.s.cfg.KIP1289.CloseHold)
+		}
+		c.close(reason + "_after_hold")
+	}()
 }
 
 // stopReading records why the pair will close once the responses already
@@ -423,6 +449,9 @@ func (c *conn) writeClient() {
 	w := bufio.NewWriterSize(c.client, 64<<10)
 	defer func() {
 		w.Flush()
+		if c.holding.Load() {
+			return // clientGone closes the pair when the hold ends
+		}
 		reason, _ := c.reason.Load().(string)
 		if reason == "" {
 			reason = "client_closed"
@@ -452,12 +481,12 @@ func (c *conn) writeClient() {
 			setCorrelationID(frame, respCorrOffset, p.hdr.CorrelationID)
 		}
 		if _, err := w.Write(frame); err != nil {
-			c.close("client_write_error")
+			c.clientWriteFailed()
 			return
 		}
 		if len(c.order) == 0 {
 			if err := w.Flush(); err != nil {
-				c.close("client_write_error")
+				c.clientWriteFailed()
 				return
 			}
 		}
@@ -467,6 +496,13 @@ func (c *conn) writeClient() {
 			api.latency.Observe(time.Since(p.start).Seconds())
 		}
 	}
+}
+
+func (c *conn) clientWriteFailed() {
+	if c.holding.Load() {
+		return
+	}
+	c.clientGone("client_write_error")
 }
 
 // rewrite decodes, rewrites and re-encodes a response when its key has a
