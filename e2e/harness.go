@@ -39,9 +39,9 @@ type Backend struct {
 
 // Backends runs fn once against kfake (with nodes brokers) and once against
 // the real broker named by E2E_KAFKA_SEEDS.
-func Backends(t *testing.T, nodes int, fn func(t *testing.T, b *Backend)) {
+func Backends(t *testing.T, nodes int, fn func(t *testing.T, b *Backend), fakeOpts ...kfake.Opt) {
 	t.Run("kfake", func(t *testing.T) {
-		fn(t, FakeBackend(t, nodes))
+		fn(t, FakeBackend(t, nodes, fakeOpts...))
 	})
 	t.Run("kafka", func(t *testing.T) {
 		fn(t, RealBackend(t))

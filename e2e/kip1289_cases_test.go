@@ -3,12 +3,15 @@ package e2e
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/client"
 	"github.com/sharetx/sharetx/configs"
@@ -529,4 +532,94 @@ func TestKIP1289ClientDiesRightAfterCommit(t *testing.T) {
 			t.Fatalf("%d committed records were redelivered after the application died right after its commit", len(left))
 		}
 	})
+}
+
+func setGroupConfig(t testing.TB, cl *kgo.Client, group, name, value string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value = name, kmsg.StringPtr(value)
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
+	if err != nil {
+		t.Fatalf("set %s: %v", name, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("set %s=%s: %v (%s)", name, value, err, deref(r.ErrorMessage))
+		}
+	}
+}
+
+// TestKIP1289LockRenewedWhileTxPending: a transaction stays open for almost
+// twice the acquisition lock. The proxy renews the locks of the staged
+// records (RENEW), so no other member is handed them meanwhile, and the
+// commit applies them: nothing is redelivered.
+func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		lock := 15 * time.Second // a real broker's minimum (group.share.min.record.lock.duration.ms)
+		if b.Fake != nil {
+			lock = 2 * time.Second
+		}
+		s := newKIPSetup(t, b, 10)
+		s.consumer.Close()
+		setGroupConfig(t, s.admin, s.group, "share.record.lock.duration.ms", strconv.Itoa(int(lock.Milliseconds())))
+		consumer := s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+			kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
+		ctx := ctxT(t, 3*time.Minute)
+		var recs []*kgo.Record
+		for len(recs) == 0 && ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			recs = consumer.PollRecords(pctx, 10).Records()
+			cancel()
+		}
+		staged := map[[2]int64]bool{}
+		for _, r := range recs {
+			staged[[2]int64{int64(r.Partition), r.Offset}] = true
+		}
+		if err := s.producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+			t.Fatal(err)
+		}
+		// Another member, straight to the cluster, polls all along: it
+		// must never be handed a staged record.
+		rival, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rival.Close()
+		open := lock * 9 / 5
+		deadline := time.Now().Add(open)
+		for time.Now().Before(deadline) {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			for _, r := range rival.PollRecords(pctx, 100).Records() {
+				if staged[[2]int64{int64(r.Partition), r.Offset}] {
+					t.Fatalf("record %d@%d, staged in an open transaction, was handed to another member: its lock expired", r.Offset, r.Partition)
+				}
+			}
+			cancel()
+			// The owner keeps polling too (its implicit acks are absorbed).
+			pctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+			consumer.PollRecords(pctx, 1)
+			cancel()
+		}
+		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		Wait(t, 30*time.Second, "applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		st := s.p.KIP().Stats()
+		if st.Renewals == 0 {
+			t.Fatal("no lock was renewed")
+		}
+		if st.ApplyFailures != 0 {
+			t.Fatalf("%v acknowledgements failed upstream after the renewals", st.ApplyFailures)
+		}
+		t.Logf("%s: transaction open %s with a %s lock: %v renewals, 0 redeliveries", b.Name, open, lock, st.Renewals)
+	}, kfake.BrokerConfigs(map[string]string{"group.share.record.lock.duration.ms": "2000", "share.record.lock.sweep.interval.ms": "200"})) // kfake reads only the broker settings
 }

@@ -20,6 +20,10 @@ import (
 	"github.com/sharetx/sharetx/staging"
 )
 
+// errRenewUnsupported: the member's session speaks ShareAcknowledge < v2,
+// which has no RENEW (Kafka 4.2+).
+var errRenewUnsupported = errors.New("the share session uses ShareAcknowledge < v2, which cannot renew acquisition locks (Kafka 4.2+ and a client using v2 are needed)")
+
 // ShadowWriter writes a shadow record inside a client's transaction.
 type ShadowWriter interface {
 	Write(ctx context.Context, txnID string, producerID int64, epoch int16, partition int32, rec *staging.ShadowRecord) (int64, error)
@@ -81,6 +85,7 @@ type kipMetrics struct {
 	applyFailures *prometheus.CounterVec
 	absorbed      prometheus.Counter
 	epochErrors   prometheus.Counter
+	renewals      *prometheus.CounterVec
 }
 
 // session is a member's share session on one broker, as the proxy
@@ -131,10 +136,14 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "Offsets a client acknowledged itself while they were TX_PENDING or committed; never forwarded."})
 	epochErrs := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_share_session_epoch_errors_total",
 		Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."})
+	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "lock_renewals_total",
+		Help: "RENEWs of the acquisition locks of staged or committed records, by result (ok, unsupported: the session cannot renew, or the error)."}, []string{"result"})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs)
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals)
 	}
-	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed, epochErrors: epochErrs}
+	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed,
+		epochErrors: epochErrs, renewals: renewals}
+	go e.renewLoop()
 	return e
 }
 
@@ -197,7 +206,7 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 				// (lock expired, session closed). Issue 4 handles this window.
 				continue
 			}
-			ps.offsets[o] = &offState{member: member, node: node, deadline: deadline, state: stAcquired}
+			ps.offsets[o] = &offState{member: member, node: node, deadline: deadline, lock: lock, state: stAcquired}
 		}
 	}
 }
@@ -633,9 +642,18 @@ func (e *KIP1289) apply(call *stagedCall) {
 }
 
 func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[int64]int8) error {
-	sess := e.session(node, call.group, call.member)
+	resp, err := e.sendOnSession(node, call.group, call.member, buildAckRequest(call.group, call.member, parts))
+	if err != nil {
+		e.m.applyFailures.WithLabelValues("session_unavailable").Inc()
+		return err
+	}
+	return e.applied(call, resp)
+}
+
+// buildAckRequest is a ShareAcknowledge of offsets → types for member.
+func buildAckRequest(group, member string, parts map[partKey]map[int64]int8) *kmsg.ShareAcknowledgeRequest {
 	req := kmsg.NewPtrShareAcknowledgeRequest()
-	req.GroupID, req.MemberID = &call.group, &call.member
+	req.GroupID, req.MemberID = &group, &member
 	byTopic := map[[16]byte]int{}
 	for k, offs := range parts {
 		i, ok := byTopic[k.topic]
@@ -655,12 +673,19 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 		}
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 	}
+	return req
+}
+
+// sendOnSession sends req on member's share session on node, with the
+// session's next epoch, retrying an epoch the broker is not at yet.
+func (e *KIP1289) sendOnSession(node int32, group, member string, req *kmsg.ShareAcknowledgeRequest) (*kmsg.ShareAcknowledgeResponse, error) {
+	sess := e.session(node, group, member)
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-e.applyCtx.Done():
-				return e.applyCtx.Err()
+				return nil, e.applyCtx.Err()
 			case <-time.After(time.Duration(attempt*attempt) * 2 * time.Millisecond):
 			}
 		}
@@ -679,6 +704,10 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 		default:
 		}
 		req.Version = sess.version
+		if req.IsRenewAck && req.Version < 2 {
+			sess.mu.Unlock()
+			return nil, errRenewUnsupported
+		}
 		epoch := sess.last + 1
 		req.ShareSessionEpoch = epoch
 		e.mu.Lock()
@@ -703,7 +732,7 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 				sess.last = epoch
 				sess.delta++
 			}
-			e.log.Debug("applied on the side channel", "node", node, "member", call.member, "epoch", epoch, "err", err, "code", func() int16 {
+			e.log.Debug("sent on the side channel", "node", node, "member", member, "epoch", epoch, "err", err, "code", func() int16 {
 				if resp != nil {
 					return resp.ErrorCode
 				}
@@ -722,7 +751,7 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 				lastErr = kerr.ErrorForCode(resp.ErrorCode)
 				continue
 			}
-			return e.applied(call, resp)
+			return resp, nil
 		}
 		wait, err := conn.StartInject(req)
 		if err == nil {
@@ -753,10 +782,9 @@ func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[in
 			lastErr = kerr.ErrorForCode(resp.ErrorCode)
 			continue
 		}
-		return e.applied(call, resp)
+		return resp, nil
 	}
-	e.m.applyFailures.WithLabelValues("session_unavailable").Inc()
-	return lastErr
+	return nil, lastErr
 }
 
 // applied accounts for the broker's answer to an applied acknowledgement.
@@ -850,6 +878,7 @@ type Stats struct {
 	AbsorbedAcks  float64
 	ApplyFailures float64
 	EpochErrors   float64 // INVALID_SHARE_SESSION_EPOCH answers seen by clients
+	Renewals      float64 // successful lock RENEWs
 }
 
 // Stats returns a snapshot of the engine.
@@ -898,6 +927,7 @@ func (e *KIP1289) Stats() Stats {
 	st.Committed = sum(e.m.markers, "commit")
 	st.Aborted = sum(e.m.markers, "abort")
 	st.ApplyFailures = sum(e.m.applyFailures, "")
+	st.Renewals = sum(e.m.renewals, "ok")
 	var a, ee dto.Metric
 	if e.m.absorbed.Write(&a) == nil {
 		st.AbsorbedAcks = a.Counter.GetValue()
@@ -986,4 +1016,106 @@ func (e *KIP1289) WaitSessionsDrained(c Conn, d time.Duration) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// renewLoop keeps the acquisition locks of staged and committed records
+// alive (ShareAcknowledge v2 RENEW, Kafka 4.2+) until they are resolved and
+// applied, so a transaction may stay open longer than the lock.
+func (e *KIP1289) renewLoop() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.applyCtx.Done():
+			return
+		case now := <-t.C:
+			e.renewDue(now)
+		}
+	}
+}
+
+// renewDue renews every held record with less than half its lock left.
+func (e *KIP1289) renewDue(now time.Time) {
+	due := map[sessionKey]map[partKey]map[int64]int8{}
+	e.mu.Lock()
+	for k, ps := range e.parts {
+		for o, st := range ps.offsets {
+			if st.state < stStaging || st.state > stCommitted || st.renewing || st.deadline.Sub(now) > st.lock/2 {
+				continue
+			}
+			st.renewing = true
+			sk := sessionKey{st.node, k.group, st.member}
+			if due[sk] == nil {
+				due[sk] = map[partKey]map[int64]int8{}
+			}
+			if due[sk][k] == nil {
+				due[sk][k] = map[int64]int8{}
+			}
+			due[sk][k][o] = 4 // RENEW
+		}
+	}
+	e.mu.Unlock()
+	for sk, parts := range due {
+		go e.renew(sk, parts)
+	}
+}
+
+func (e *KIP1289) renew(sk sessionKey, parts map[partKey]map[int64]int8) {
+	req := buildAckRequest(sk.group, sk.member, parts)
+	req.IsRenewAck = true
+	sent := time.Now()
+	resp, err := e.sendOnSession(sk.node, sk.group, sk.member, req)
+	result := "ok"
+	switch {
+	case errors.Is(err, errRenewUnsupported):
+		result = "unsupported"
+		e.log.Warn("cannot renew the acquisition locks of staged records: a transaction must end within the lock duration", "err", err)
+	case err != nil:
+		result = "session_unavailable"
+	case resp.ErrorCode != 0:
+		result = errName(resp.ErrorCode)
+	}
+	var lock time.Duration
+	if resp != nil && resp.AcquisitionLockTimeoutMillis > 0 {
+		lock = time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
+	}
+	bad := map[[16]byte]map[int32]bool{}
+	if resp != nil {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					if bad[t.TopicID] == nil {
+						bad[t.TopicID] = map[int32]bool{}
+					}
+					bad[t.TopicID][p.Partition] = true
+					result = errName(p.ErrorCode)
+				}
+			}
+		}
+	}
+	e.m.renewals.WithLabelValues(result).Inc()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, offs := range parts {
+		ps := e.parts[k]
+		if ps == nil {
+			continue
+		}
+		for o := range offs {
+			st := ps.offsets[o]
+			if st == nil {
+				continue
+			}
+			st.renewing = false
+			if result == "ok" || (err == nil && resp.ErrorCode == 0 && !bad[k.topic][k.partition]) {
+				l := st.lock
+				if lock > 0 {
+					l = lock
+				}
+				st.deadline = sent.Add(l)
+			} else if result == "unsupported" {
+				st.deadline = st.deadline.Add(time.Hour) // do not retry every tick; the lock expires as it will
+			}
+		}
+	}
 }

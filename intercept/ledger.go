@@ -45,8 +45,10 @@ type offState struct {
 	state       recState
 	ackType     int8
 	call        *stagedCall
-	clientAcked bool // the client's own ack of it was absorbed
-	releaseReq  bool // ...and that ack was RELEASE: honour it if the transaction aborts
+	lock        time.Duration // the acquisition lock duration the broker granted
+	renewing    bool          // a RENEW of it is in flight
+	clientAcked bool          // the client's own ack of it was absorbed
+	releaseReq  bool          // ...and that ack was RELEASE: honour it if the transaction aborts
 }
 
 // partState holds the offsets of one share partition the proxy has seen
