@@ -39,6 +39,23 @@ func createTopic(t testing.TB, adm *kadm.Client, b *Backend, partitions int32) s
 	if err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	// A new topic reaches every broker's metadata a moment later.
+	Wait(t, 30*time.Second, "topic "+topic+" to have a leader for every partition", func() bool {
+		md, err := adm.Metadata(ctxT(t, 10*time.Second), topic)
+		if err != nil {
+			return false
+		}
+		td, ok := md.Topics[topic]
+		if !ok || td.Err != nil || len(td.Partitions) != int(partitions) {
+			return false
+		}
+		for _, p := range td.Partitions {
+			if p.Leader < 0 || p.Err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	return topic
 }
 
