@@ -41,7 +41,7 @@ func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bo
 	}
 	st.epoch = *epoch
 	if *epoch >= 0 {
-		sess.inflight++
+		sess.inflight.Add(1)
 		st.counted = true
 	}
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -54,18 +54,21 @@ func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bo
 	return act
 }
 
-// responded marks a client request of a share session answered.
+// responded marks a client request of a share session answered. It must
+// not take the session's mu: the connection's read loop may hold it while
+// it waits for the response path to make room (max_in_flight).
 func (e *KIP1289) responded(state any) {
 	st, ok := state.(*shareState)
 	if e == nil || !ok || !st.counted {
 		return
 	}
 	sess := e.session(st.node, st.group, st.member)
-	sess.mu.Lock()
-	if sess.inflight > 0 {
-		sess.inflight--
+	for {
+		n := sess.inflight.Load()
+		if n <= 0 || sess.inflight.CompareAndSwap(n, n-1) {
+			return
+		}
 	}
-	sess.mu.Unlock()
 }
 
 // noteSessionError counts INVALID_SHARE_SESSION_EPOCH answers to clients.
@@ -76,10 +79,12 @@ func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 	}
 	e.m.epochErrors.Inc()
 	if st, ok := state.(*shareState); ok {
+		var last, delta int32 = -2, -2 // unknown when the session is busy (never wait here: see responded)
 		sess := e.session(st.node, st.group, st.member)
-		sess.mu.Lock()
-		last, delta := sess.last, sess.delta
-		sess.mu.Unlock()
+		if sess.mu.TryLock() {
+			last, delta = sess.last, sess.delta
+			sess.mu.Unlock()
+		}
 		e.log.Warn("a client got INVALID_SHARE_SESSION_EPOCH", "api", api, "sent_epoch", st.epoch, "node", st.node,
 			"group", st.group, "member", st.member, "session_last", last, "session_delta", delta)
 	}

@@ -96,8 +96,8 @@ type session struct {
 	delta    int32
 	last     int32 // upstream epoch of the last request written; -1 none
 	conn     Conn
-	version  int16 // ShareAcknowledge version to inject
-	inflight int   // client requests on the session still waiting for their response
+	version  int16        // ShareAcknowledge version to inject
+	inflight atomic.Int32 // client requests on the session still waiting for their response
 }
 
 // NewKIP1289 builds the engine. writer may be nil until the shadow topic is
@@ -279,7 +279,7 @@ func (s *session) translate(conn Conn, clientEpoch int32, version int16) int32 {
 	case clientEpoch == 0: // a new session
 		s.delta = 0
 		s.last = 0
-		s.inflight = 0
+		s.inflight.Store(0)
 		return 0
 	case clientEpoch < 0: // closing
 		s.last = -1
@@ -713,7 +713,7 @@ func (e *KIP1289) sendOnSession(node int32, group, member string, req *kmsg.Shar
 		e.mu.Lock()
 		side := e.side
 		e.mu.Unlock()
-		if side != nil && sess.inflight == 0 && attempt < 8 {
+		if side != nil && sess.inflight.Load() == 0 && attempt < 8 {
 			// On the proxy's own connection, holding the session so no
 			// client request takes the epoch meanwhile. Only while no
 			// client request of the session is in flight: a real broker
