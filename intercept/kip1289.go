@@ -980,9 +980,14 @@ func (e *KIP1289) sessionsOn(c Conn) []sessionKey {
 	e.mu.Unlock()
 	var out []sessionKey
 	for k, s := range all {
-		s.mu.Lock()
-		on := s.conn == c && s.last >= 0
-		s.mu.Unlock()
+		// Never wait for a session here: the caller may be the response
+		// path, which the read loop (holding a session) may wait on. A
+		// busy session counts as on c, which can only make a hold longer.
+		on := true
+		if s.mu.TryLock() {
+			on = s.conn == c && s.last >= 0
+			s.mu.Unlock()
+		}
 		if on {
 			out = append(out, k)
 		}
