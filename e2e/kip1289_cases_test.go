@@ -418,53 +418,7 @@ func TestKIP1289CloseRightAfterCommit(t *testing.T) {
 		s.consumer.Close()
 		consumer := s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
 			kgo.FetchMaxWait(3 * time.Second)}, client.ClientOpts()...)...)
-		ctx := ctxT(t, 2*time.Minute)
-		done := 0
-		for done < n {
-			if ctx.Err() != nil {
-				t.Fatalf("committed %d of %d", done, n)
-			}
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			recs := consumer.PollRecords(pctx, n).Records()
-			cancel()
-			if len(recs) == 0 {
-				continue
-			}
-			if err := s.producer.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range recs {
-				s.producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
-			}
-			if err := s.producer.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
-				t.Fatal(err)
-			}
-			last := done+len(recs) >= n
-			var polling chan struct{}
-			if last {
-				// A long-poll fetch in flight when we close: the applied
-				// acknowledgements have to wait behind it.
-				polling = make(chan struct{})
-				go func() {
-					defer close(polling)
-					pctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					defer cancel()
-					consumer.PollRecords(pctx, n)
-				}()
-				time.Sleep(300 * time.Millisecond)
-			}
-			if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				t.Fatal(err)
-			}
-			done += len(recs)
-			if last {
-				consumer.Close() // at once, with the fetch in flight
-				<-polling
-			}
-		}
+		s.commitAllThenEnd(t, consumer, n, false, func() { consumer.Close() }) // at once, with a fetch in flight
 		Wait(t, 60*time.Second, "the committed acknowledgements to be applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
 		if left := s.remaining(t, b, 3*time.Second); len(left) != 0 {
 			t.Fatalf("%d committed records were redelivered after the application closed right after its commit", len(left))
@@ -479,8 +433,8 @@ func TestKIP1289CloseRightAfterCommit(t *testing.T) {
 // connections drop, nothing is closed politely) right after committing,
 // while the committed acknowledgements still wait behind a long-poll fetch.
 // The proxy keeps the upstream connection, and so the share session, open
-// until they are applied: nothing is redelivered. With kip1289.close_hold=0
-// this fails on Kafka 4.4.0 (15 of 30 committed records redelivered).
+// until they are applied: nothing is redelivered. The test checks the
+// acknowledgements were still unapplied when the connections dropped.
 func TestKIP1289ClientDiesRightAfterCommit(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
 		const n = 30
@@ -493,43 +447,13 @@ func TestKIP1289ClientDiesRightAfterCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer consumer.Close()
-		ctx := ctxT(t, 2*time.Minute)
-		done := 0
-		for done < n {
-			if ctx.Err() != nil {
-				t.Fatalf("committed %d of %d", done, n)
-			}
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			recs := consumer.PollRecords(pctx, n).Records()
-			cancel()
-			if len(recs) == 0 {
-				continue
-			}
-			if err := s.producer.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
-			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
-				t.Fatal(err)
-			}
-			if done+len(recs) >= n {
-				// A long-poll fetch in flight when we die: the applied
-				// acknowledgements have to wait behind it.
-				go func() {
-					pctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					defer cancel()
-					consumer.PollRecords(pctx, n)
-				}()
-				time.Sleep(300 * time.Millisecond)
-			}
-			if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				t.Fatal(err)
-			}
-			done += len(recs)
-		}
-		killer.Kill()
+		s.commitAllThenEnd(t, consumer, n, true, killer.Kill)
 		Wait(t, 60*time.Second, "the committed acknowledgements to be applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
 		if left := s.remaining(t, b, 3*time.Second); len(left) != 0 {
 			t.Fatalf("%d committed records were redelivered after the application died right after its commit", len(left))
+		}
+		if f := s.p.KIP().Stats().ApplyFailures; f != 0 {
+			t.Fatalf("%v committed acknowledgements could not be applied after the application died", f)
 		}
 	})
 }
@@ -622,4 +546,62 @@ func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
 		}
 		t.Logf("%s: transaction open %s with a %s lock: %v renewals, 0 redeliveries", b.Name, open, lock, st.Renewals)
 	}, kfake.BrokerConfigs(map[string]string{"group.share.record.lock.duration.ms": "2000", "share.record.lock.sweep.interval.ms": "200"})) // kfake reads only the broker settings
+}
+
+// commitAllThenEnd processes all n inputs through consumer in committed
+// transactions. Before the last commit it starts a long-poll fetch, so the
+// last acknowledgements have to be applied behind it; right after the last
+// commit it calls end: the application goes away with the fetch in flight.
+func (s *kipSetup) commitAllThenEnd(t *testing.T, consumer *kgo.Client, n int, mustBePending bool, end func()) {
+	t.Helper()
+	ctx := ctxT(t, 2*time.Minute)
+	done := 0
+	for done < n {
+		if ctx.Err() != nil {
+			t.Fatalf("committed %d of %d", done, n)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		recs := consumer.PollRecords(pctx, n).Records()
+		cancel()
+		if len(recs) == 0 {
+			continue
+		}
+		if err := s.producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			s.producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
+		}
+		if err := s.producer.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+			t.Fatal(err)
+		}
+		last := done+len(recs) >= n
+		var polling chan struct{}
+		if last {
+			polling = make(chan struct{})
+			go func() {
+				defer close(polling)
+				pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				consumer.PollRecords(pctx, n)
+			}()
+			// There are no records left, so the fetch waits its full
+			// FetchMaxWait upstream: the scenario needs it in flight.
+			Wait(t, 10*time.Second, "a long-poll ShareFetch in flight", func() bool { return s.p.KIP().Stats().InFlight > 0 })
+		}
+		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		done += len(recs)
+		if last {
+			end()
+			if mustBePending && s.p.KIP().Stats().Pending == 0 {
+				t.Fatal("the acknowledgements were applied before the application went away: the scenario was not exercised")
+			}
+			<-polling
+		}
+	}
 }

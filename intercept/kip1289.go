@@ -344,8 +344,13 @@ func (e *KIP1289) Stage(ctx context.Context, req *TxnShareAcknowledgeRequest) *T
 		e.release(call, stAcquired)
 		code := kerr.UnknownServerError.Code
 		var ke *kerr.Error
-		if errors.As(err, &ke) {
+		switch {
+		case errors.As(err, &ke):
 			code = ke.Code
+		case errors.Is(err, staging.ErrOutcomeUnknown):
+			// An earlier shadow write of this transaction may or may not
+			// have landed: only aborting the transaction is safe.
+			code = kerr.TransactionAbortable.Code
 		}
 		return e.count(txnAckError(code, "sharetx: writing the staged acknowledgements into the transaction failed: "+err.Error()))
 	}
@@ -879,12 +884,16 @@ type Stats struct {
 	ApplyFailures float64
 	EpochErrors   float64 // INVALID_SHARE_SESSION_EPOCH answers seen by clients
 	Renewals      float64 // successful lock RENEWs
+	InFlight      int     // client share-session requests waiting for their response
 }
 
 // Stats returns a snapshot of the engine.
 func (e *KIP1289) Stats() Stats {
 	e.mu.Lock()
 	st := Stats{Pending: e.pending}
+	for _, s := range e.sessions {
+		st.InFlight += int(s.inflight.Load())
+	}
 	e.mu.Unlock()
 	var m dto.Metric
 	if h, ok := e.m.applyLatency.(prometheus.Metric); ok && h.Write(&m) == nil && m.Histogram != nil {
