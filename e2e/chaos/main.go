@@ -1,0 +1,111 @@
+// Command chaos is a fault-injection test of sharetx's transactional
+// share-group acknowledgements (KIP-1289), after Apache Kafka's
+// transactions system test but for share groups.
+//
+//	go run ./e2e/chaos --seeds 127.0.0.1:19092,127.0.0.1:19192,127.0.0.1:19292 --kafka-script e2e/kafka/kafka.sh
+//
+// Each fault is a phase: fresh input and output topics and share group, N
+// inputs with unique ids, P sharetx proxy processes in front of the real
+// cluster and W worker processes (this binary, `chaos worker`) doing
+// consume-transform-produce through them with transactional
+// acknowledgements and random aborts. While they work, the fault is
+// injected: none, worker-kill, proxy-kill, broker-restart, worker-stall,
+// txn-timeout. The phase ends once every input is in the output (read
+// committed) or at --timeout; then the output must hold every input exactly
+// once and the share group must have acknowledged every input (a fresh
+// member is handed nothing within a quiet period longer than the
+// acquisition lock).
+//
+// Exit status: 0 when every phase passed, 1 when one failed, 2 for bad
+// usage.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// roleEnv makes a re-executed binary (this command, or the test binary) a
+// worker.
+const roleEnv = "CHAOS_ROLE"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(workerMain(os.Args[2:]))
+	}
+	os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	seeds := fs.String("seeds", "", "bootstrap list of the real cluster, host:port[,host:port] (required)")
+	fs.IntVar(&o.Records, "records", 2000, "inputs per phase")
+	fs.IntVar(&o.Workers, "workers", 3, "worker processes per phase")
+	fs.IntVar(&o.Proxies, "proxies", 2, "sharetx proxy processes per phase (workers are spread over them)")
+	faults := fs.String("faults", "all", "comma list of phases: "+strings.Join(allFaults, ",")+" (all: every one)")
+	fs.StringVar(&o.KafkaScript, "kafka-script", "", "path to e2e/kafka/kafka.sh, for broker-restart (KAFKA_E2E_DIR and KAFKA_BASE_PORT pass through)")
+	fs.IntVar(&o.RestartNode, "restart-node", 2, "the node broker-restart restarts")
+	fs.DurationVar(&o.Timeout, "timeout", 4*time.Minute, "per phase: how long the workers may take to get every input into the output")
+	jsonPath := fs.String("json", "", "also write the results to this file as JSON")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
+	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
+	fs.DurationVar(&o.Lock, "lock", 15*time.Second, "share.record.lock.duration.ms of each phase's share group (broker minimum: 15s by default)")
+	fs.DurationVar(&o.TxnTimeout, "txn-timeout", 20*time.Second, "the workers' transaction timeout")
+	fs.Float64Var(&o.AbortRate, "abort-rate", 0.15, "fraction of transactions the workers abort on purpose")
+	fs.IntVar(&o.MaxPoll, "max-poll", 50, "records per poll (and transaction) at most")
+	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
+	fs.StringVar(&o.KgoLog, "kgo-log", "warn", "the workers' kgo log level (in their logs)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "chaos: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *seeds == "" {
+		fmt.Fprintln(stderr, "chaos: --seeds is required")
+		return 2
+	}
+	o.Seeds = strings.Split(*seeds, ",")
+	var err error
+	if o.Faults, err = ParseFaults(*faults); err != nil {
+		fmt.Fprintf(stderr, "chaos: --faults: %v\n", err)
+		return 2
+	}
+	if o.Records < 1 || o.Workers < 1 || o.Proxies < 1 || o.AbortRate < 0 || o.AbortRate >= 1 {
+		fmt.Fprintln(stderr, "chaos: --records, --workers and --proxies must be >= 1, --abort-rate in [0,1)")
+		return 2
+	}
+	o.Out = stdout
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	t0 := time.Now()
+	results, err := Run(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "chaos: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout)
+	WriteTable(stdout, results)
+	fmt.Fprintf(stdout, "total %.0fs\n", time.Since(t0).Seconds())
+	if *jsonPath != "" {
+		if err := WriteJSON(*jsonPath, results); err != nil {
+			fmt.Fprintf(stderr, "chaos: --json: %v\n", err)
+			return 1
+		}
+	}
+	if !AllPass(results) {
+		return 1
+	}
+	return 0
+}

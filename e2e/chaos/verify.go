@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Counts is the verdict on one phase's output topic: every input id must
+// appear exactly once among the committed output records.
+type Counts struct {
+	In         int `json:"in"`         // inputs produced
+	Out        int `json:"out"`        // committed output records, in total
+	Distinct   int `json:"distinct"`   // distinct input ids among them
+	Duplicates int `json:"duplicates"` // output records beyond the first of each id
+	Lost       int `json:"lost"`       // input ids with no output record
+	Unexpected int `json:"unexpected"` // output records whose value is no input id
+
+	DuplicateIDs []string `json:"duplicate_ids,omitempty"` // sorted
+	LostIDs      []string `json:"lost_ids,omitempty"`      // sorted
+}
+
+// Count compares the input ids with the values of the committed output
+// records (outputs[id] = how many output records carry id).
+func Count(inputs []string, outputs map[string]int) Counts {
+	c := Counts{In: len(inputs)}
+	known := make(map[string]bool, len(inputs))
+	for _, id := range inputs {
+		known[id] = true
+	}
+	for v, n := range outputs {
+		if n <= 0 {
+			continue
+		}
+		c.Out += n
+		if !known[v] {
+			c.Unexpected += n
+		}
+	}
+	for id := range known {
+		switch n := outputs[id]; {
+		case n == 0:
+			c.Lost++
+			c.LostIDs = append(c.LostIDs, id)
+		default:
+			c.Distinct++
+			if n > 1 {
+				c.Duplicates += n - 1
+				c.DuplicateIDs = append(c.DuplicateIDs, id)
+			}
+		}
+	}
+	sort.Strings(c.LostIDs)
+	sort.Strings(c.DuplicateIDs)
+	return c
+}
+
+// PhaseResult is one row of the final table (and of --json).
+type PhaseResult struct {
+	Fault string `json:"fault"`
+	Counts
+	// Unacked: distinct input records a fresh member of the share group was
+	// handed after the phase, within a quiet period longer than the
+	// acquisition lock: records the share group never acknowledged.
+	Unacked          int      `json:"unacked"`
+	UnackedIDs       []string `json:"unacked_ids,omitempty"`
+	UnackedCommitted int      `json:"unacked_committed"` // of those, ids that are in the output (committed, ack never applied)
+	TxnsCommitted    int      `json:"txns_committed"`    // as reported by the workers
+	TxnsAborted      int      `json:"txns_aborted"`
+	Seconds          float64  `json:"seconds"`
+	Skipped          string   `json:"skipped,omitempty"` // why the phase did not run
+	Errors           []string `json:"errors,omitempty"`  // what went wrong besides the counts
+	Notes            []string `json:"notes,omitempty"`   // fault injection, diagnosis
+	WorkDir          string   `json:"work_dir,omitempty"`
+	Pass             bool     `json:"pass"`
+}
+
+// Judge sets Pass: nothing duplicated, lost, unexpected or left
+// unacknowledged, and the phase ran to its verification.
+func (r *PhaseResult) Judge() {
+	r.Pass = r.Skipped == "" && len(r.Errors) == 0 && r.Duplicates == 0 && r.Lost == 0 && r.Unexpected == 0 && r.Unacked == 0
+}
+
+// Result is the word in the table's last column.
+func (r *PhaseResult) Result() string {
+	switch {
+	case r.Skipped != "":
+		return "SKIP"
+	case r.Pass:
+		return "PASS"
+	default:
+		return "FAIL"
+	}
+}
+
+// WriteTable prints the final table.
+func WriteTable(w io.Writer, results []PhaseResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault\tin\tout\tduplicates\tlost\tunacked\ttxns committed\taborted\tsecs\tresult\t")
+	for _, r := range results {
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", r.Fault, r.Result())
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%s\t\n", r.Fault, r.In, r.Out, r.Duplicates, r.Lost,
+			r.Unacked, r.TxnsCommitted, r.TxnsAborted, r.Seconds, r.Result())
+	}
+	tw.Flush()
+	for _, r := range results {
+		var why []string
+		if r.Skipped != "" {
+			why = append(why, "skipped: "+r.Skipped)
+		}
+		why = append(why, r.Errors...)
+		if r.Unexpected > 0 {
+			why = append(why, fmt.Sprintf("%d output records carry no input id", r.Unexpected))
+		}
+		if len(r.DuplicateIDs) > 0 {
+			why = append(why, "duplicated: "+sample(r.DuplicateIDs, 10))
+		}
+		if len(r.LostIDs) > 0 {
+			why = append(why, "lost: "+sample(r.LostIDs, 10))
+		}
+		if len(r.UnackedIDs) > 0 {
+			why = append(why, fmt.Sprintf("unacked (%d of them committed in the output): %s", r.UnackedCommitted, sample(r.UnackedIDs, 10)))
+		}
+		for _, s := range why {
+			fmt.Fprintf(w, "  %s: %s\n", r.Fault, s)
+		}
+	}
+}
+
+func sample(ids []string, n int) string {
+	if len(ids) <= n {
+		return strings.Join(ids, " ")
+	}
+	return strings.Join(ids[:n], " ") + fmt.Sprintf(" ... (%d in all)", len(ids))
+}
+
+// WriteJSON writes the results to path.
+func WriteJSON(path string, results []PhaseResult) error {
+	b, err := json.MarshalIndent(struct {
+		Phases []PhaseResult `json:"phases"`
+		Pass   bool          `json:"pass"`
+	}{results, AllPass(results)}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// AllPass: every phase that ran passed (skipped phases do not fail a run).
+func AllPass(results []PhaseResult) bool {
+	for _, r := range results {
+		if r.Skipped == "" && !r.Pass {
+			return false
+		}
+	}
+	return true
+}

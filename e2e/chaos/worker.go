@@ -1,0 +1,374 @@
+package main
+
+// The worker: one consume-transform-produce process, started by the
+// orchestrator as `chaos worker ...` (its own binary re-executed). It talks
+// to the orchestrator through lines:
+//
+//	stdout  READY
+//	        TXN commit n=<records> commits=<c> aborts=<a> ms=<timings> recs=<partition>:<offset>:<delivery>,...
+//	        TXN abort n=<records> commits=<c> aborts=<a> ms=<timings> recs=... reason=<why>
+//	        (timings, ms: poll wait since the previous transaction/produce/TxnShareAcknowledge/EndTxn)
+//	        HOLD <point> / HOLD-END <point>
+//	        ERR <what>
+//	        EXIT commits=<c> aborts=<a>
+//	stdin   hold <point> <duration>   at the next <point> (polled: records
+//	                                  acquired, nothing produced; staged: acks
+//	                                  staged in the open transaction;
+//	                                  committed: just committed, before the
+//	                                  next poll) print HOLD and sleep <duration>
+//	        stop                      finish the current transaction and exit
+//	        (EOF: stop)
+//
+// kgo's own warnings go to stderr.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/client"
+)
+
+type workerConfig struct {
+	name       string
+	bootstrap  string
+	group      string
+	in, out    string
+	txnID      string
+	maxPoll    int
+	abortRate  float64
+	txnTimeout time.Duration
+	seed       int64
+	logLevel   string
+}
+
+func (c workerConfig) args() []string {
+	return []string{"worker",
+		"--name", c.name, "--bootstrap", c.bootstrap, "--group", c.group, "--in", c.in, "--out", c.out,
+		"--txn-id", c.txnID, "--max-poll", fmt.Sprint(c.maxPoll), "--abort-rate", fmt.Sprint(c.abortRate),
+		"--txn-timeout", c.txnTimeout.String(), "--seed", fmt.Sprint(c.seed), "--kgo-log", c.logLevel}
+}
+
+type worker struct {
+	cfg      workerConfig
+	rng      *rand.Rand
+	consumer *kgo.Client
+	producer *kgo.Client
+	md       client.ShareGroupMetadata
+
+	outMu sync.Mutex
+	stop  atomic.Bool
+
+	holdMu sync.Mutex
+	holds  map[string]time.Duration
+
+	commits, aborts int
+	failedInARow    int
+	polledAt        time.Time
+	lastEnd         time.Time // when the previous transaction ended
+}
+
+func workerMain(args []string) int {
+	var c workerConfig
+	fs := flag.NewFlagSet("chaos worker", flag.ContinueOnError)
+	fs.StringVar(&c.name, "name", "worker", "name in logs")
+	fs.StringVar(&c.bootstrap, "bootstrap", "", "the proxy's bootstrap address")
+	fs.StringVar(&c.group, "group", "", "share group")
+	fs.StringVar(&c.in, "in", "", "input topic")
+	fs.StringVar(&c.out, "out", "", "output topic")
+	fs.StringVar(&c.txnID, "txn-id", "", "transactional id")
+	fs.IntVar(&c.maxPoll, "max-poll", 50, "records per poll at most")
+	fs.Float64Var(&c.abortRate, "abort-rate", 0.15, "fraction of transactions aborted on purpose")
+	fs.DurationVar(&c.txnTimeout, "txn-timeout", 20*time.Second, "transaction timeout")
+	fs.Int64Var(&c.seed, "seed", 1, "random seed")
+	fs.StringVar(&c.logLevel, "kgo-log", "warn", "kgo log level to stderr: none, error, warn, info, debug")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if c.bootstrap == "" || c.group == "" || c.in == "" || c.out == "" || c.txnID == "" {
+		fmt.Fprintln(os.Stderr, "chaos worker: --bootstrap, --group, --in, --out and --txn-id are required")
+		return 2
+	}
+	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.seed)), holds: map[string]time.Duration{},
+		md: client.NewShareGroupMetadata(c.group)}
+	return w.run()
+}
+
+func kgoLevel(s string) kgo.LogLevel {
+	switch s {
+	case "none":
+		return kgo.LogLevelNone
+	case "error":
+		return kgo.LogLevelError
+	case "info":
+		return kgo.LogLevelInfo
+	case "debug":
+		return kgo.LogLevelDebug
+	}
+	return kgo.LogLevelWarn
+}
+
+func (w *worker) say(format string, args ...any) {
+	w.outMu.Lock()
+	defer w.outMu.Unlock()
+	fmt.Fprintf(os.Stdout, format+"\n", args...)
+}
+
+func (w *worker) common() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(w.cfg.bootstrap),
+		kgo.ClientID("chaos-" + w.cfg.name),
+		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgoLevel(w.cfg.logLevel), nil)),
+	}
+}
+
+func (w *worker) newProducer() (*kgo.Client, error) {
+	return kgo.NewClient(append(append(w.common(),
+		kgo.TransactionalID(w.cfg.txnID),
+		kgo.TransactionTimeout(w.cfg.txnTimeout),
+		kgo.DefaultProduceTopic(w.cfg.out),
+		// A produce right after the previous commit may get
+		// CONCURRENT_TRANSACTIONS (markers still being written); kgo
+		// retries it after a metadata refresh, which MetadataMinAge
+		// (default 5s) would delay.
+		kgo.MetadataMinAge(250*time.Millisecond),
+	), client.ClientOpts()...)...)
+}
+
+// recreateProducer replaces a producer that cannot go on (fenced, its abort
+// failed, or transactions keep failing): a new InitProducerId for the same
+// transactional id bumps the epoch and aborts whatever the old one left open.
+func (w *worker) recreateProducer(why string) {
+	w.say("ERR recreating the producer: %s", why)
+	old := w.producer
+	done := make(chan struct{})
+	go func() { old.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		w.say("ERR closing the old producer takes more than 10s; going on")
+	}
+	p, err := w.newProducer()
+	if err != nil {
+		w.say("ERR new producer: %v", err)
+		os.Exit(1)
+	}
+	w.producer = p
+	w.failedInARow = 0
+}
+
+func (w *worker) readCommands() {
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 1 && f[0] == "stop":
+			w.stop.Store(true)
+		case len(f) == 3 && f[0] == "hold":
+			d, err := time.ParseDuration(f[2])
+			if err != nil {
+				w.say("ERR bad command %q: %v", sc.Text(), err)
+				continue
+			}
+			w.holdMu.Lock()
+			w.holds[f[1]] = d
+			w.holdMu.Unlock()
+		case len(f) > 0:
+			w.say("ERR unknown command %q", sc.Text())
+		}
+	}
+	// The orchestrator is gone (or closed our stdin): stop.
+	w.stop.Store(true)
+}
+
+// hold sleeps at point if the orchestrator asked for it.
+func (w *worker) hold(point string) {
+	w.holdMu.Lock()
+	d, ok := w.holds[point]
+	delete(w.holds, point)
+	w.holdMu.Unlock()
+	if !ok {
+		return
+	}
+	w.say("HOLD %s", point)
+	time.Sleep(d)
+	w.say("HOLD-END %s", point)
+}
+
+func (w *worker) run() int {
+	// SIGTERM/SIGINT: the same as "stop".
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-sigs; w.stop.Store(true) }()
+	go w.readCommands()
+
+	var err error
+	w.consumer, err = kgo.NewClient(append(append(w.common(),
+		kgo.ShareGroup(w.cfg.group),
+		kgo.ConsumeTopics(w.cfg.in),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.ShareMaxRecords(int32(w.cfg.maxPoll)),
+	), client.ClientOpts()...)...)
+	if err != nil {
+		w.say("ERR consumer: %v", err)
+		return 1
+	}
+	if w.producer, err = w.newProducer(); err != nil {
+		w.say("ERR producer: %v", err)
+		return 1
+	}
+	w.say("READY")
+
+	for !w.stop.Load() {
+		pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		fs := w.consumer.PollRecords(pctx, w.cfg.maxPoll)
+		cancel()
+		w.polledAt = time.Now()
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				w.say("ERR poll %s/%d: %v", t, p, err)
+			}
+		})
+		recs := fs.Records()
+		if len(recs) == 0 {
+			continue
+		}
+		w.hold("polled")
+		w.transact(recs)
+	}
+
+	// Close: kgo releases what it still holds (records of the last poll
+	// were committed or released already; the proxy absorbs client acks of
+	// committed offsets).
+	done := make(chan struct{})
+	go func() { w.consumer.Close(); w.producer.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		w.say("ERR closing the clients takes more than 20s")
+	}
+	w.say("EXIT commits=%d aborts=%d", w.commits, w.aborts)
+	return 0
+}
+
+// transact processes one poll in one transaction: an output record per
+// input (value = the input's value), the ACCEPT acknowledgements bound to
+// the transaction, commit — or, on purpose or on any error, abort and
+// release the records for redelivery.
+func (w *worker) transact(recs []*kgo.Record) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fail := func(stage string, err error) error { return fmt.Errorf("%s: %w", stage, err) }
+	// Timings, ms: waiting for the poll since the previous transaction,
+	// produce, TxnShareAcknowledge, EndTxn.
+	var tProduce, tAck, tEnd time.Duration
+	tWait := w.polledAt.Sub(w.lastEnd)
+	if w.lastEnd.IsZero() {
+		tWait = 0
+	}
+	defer func() { w.lastEnd = time.Now() }()
+	ms := func() string {
+		return fmt.Sprintf("%d/%d/%d/%d", tWait.Milliseconds(), tProduce.Milliseconds(), tAck.Milliseconds(), tEnd.Milliseconds())
+	}
+	t := time.Now()
+	lap := func(d *time.Duration) { *d = time.Since(t); t = time.Now() }
+
+	var err error
+	if berr := w.producer.BeginTransaction(); berr != nil {
+		// Not in a transaction: nothing to abort. A producer that cannot
+		// begin is broken (fenced, or a failed transaction was not ended).
+		w.recreateProducer("begin: " + berr.Error())
+		if berr = w.producer.BeginTransaction(); berr != nil {
+			w.say("ERR begin after recreate: %v", berr)
+			client.ReleaseForRedelivery(recs...)
+			w.aborts++
+			w.say("TXN abort n=%d commits=%d aborts=%d reason=%s", len(recs), w.commits, w.aborts, oneLine("begin: "+berr.Error()))
+			return
+		}
+	}
+	outs := make([]*kgo.Record, len(recs))
+	acks := client.NewShareAcknowledgements()
+	for i, r := range recs {
+		outs[i] = &kgo.Record{Key: r.Value, Value: r.Value}
+		acks.Add(r, client.Accept)
+	}
+	t = time.Now()
+	if perr := w.producer.ProduceSync(ctx, outs...).FirstErr(); perr != nil {
+		err = fail("produce", perr)
+	}
+	lap(&tProduce)
+	if err == nil {
+		if serr := client.SendShareAcknowledgementsToTransaction(ctx, w.producer, acks, w.md); serr != nil {
+			err = fail("TxnShareAcknowledge", serr)
+		}
+		lap(&tAck)
+	}
+	if err == nil {
+		w.hold("staged")
+	}
+	random := err == nil && w.rng.Float64() < w.cfg.abortRate
+	if err == nil && !random {
+		t = time.Now()
+		cerr := w.producer.EndTransaction(ctx, kgo.TryCommit)
+		lap(&tEnd)
+		if cerr == nil {
+			w.commits++
+			w.failedInARow = 0
+			w.say("TXN commit n=%d commits=%d aborts=%d ms=%s recs=%s", len(recs), w.commits, w.aborts, ms(), recList(recs))
+			w.hold("committed")
+			return
+		}
+		err = fail("commit", cerr)
+	}
+
+	// Abort. If the commit failed with an unknown outcome, TryAbort is still
+	// the right call (kgo retries the commit's outcome safely).
+	reason := "random"
+	if err != nil {
+		reason = err.Error()
+		w.failedInARow++
+	}
+	t = time.Now()
+	aerr := w.producer.EndTransaction(ctx, kgo.TryAbort)
+	lap(&tEnd)
+	if aerr != nil {
+		w.recreateProducer("abort: " + aerr.Error())
+	} else if w.failedInARow >= 3 {
+		w.recreateProducer(fmt.Sprintf("%d transactions failed in a row", w.failedInARow))
+	}
+	// Aborted: the records must be redelivered, never implicitly accepted
+	// by the next poll.
+	client.ReleaseForRedelivery(recs...)
+	w.aborts++
+	w.say("TXN abort n=%d commits=%d aborts=%d ms=%s recs=%s reason=%s", len(recs), w.commits, w.aborts, ms(), recList(recs), oneLine(reason))
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	return s
+}
+
+// recList is partition:offset:deliveryCount of every record, for the
+// orchestrator's duplicate diagnosis.
+func recList(recs []*kgo.Record) string {
+	var b strings.Builder
+	for i, r := range recs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%d:%d", r.Partition, r.Offset, r.DeliveryCount())
+	}
+	return b.String()
+}
