@@ -58,21 +58,27 @@ func NewShareAcknowledgements() *ShareAcknowledgements {
 // topic, a type other than Accept or Reject) is reported by
 // SendShareAcknowledgementsToTransaction, which then sends nothing.
 func (a *ShareAcknowledgements) Add(r *kgo.Record, t AcknowledgeType) {
-	switch {
-	case r == nil:
-		a.invalid = append(a.invalid, "nil record")
-		return
-	case r.Topic == "":
-		a.invalid = append(a.invalid, fmt.Sprintf("record at partition %d offset %d has no topic", r.Partition, r.Offset))
-		return
-	case r.Offset < 0 || r.Partition < 0:
-		a.invalid = append(a.invalid, fmt.Sprintf("%s[%d]@%d: negative partition or offset", r.Topic, r.Partition, r.Offset))
-		return
-	case !t.valid():
-		a.invalid = append(a.invalid, fmt.Sprintf("%s[%d]@%d: acknowledge type %v is not allowed in a transaction (only ACCEPT and REJECT)", r.Topic, r.Partition, r.Offset, t))
+	if p := ackProblem(r, t); p != "" {
+		a.invalid = append(a.invalid, p)
 		return
 	}
 	a.add(r.Topic, r.Partition, r.Offset, t)
+}
+
+// ackProblem says what is wrong with acknowledging r with t in a
+// transaction, or "" if nothing is.
+func ackProblem(r *kgo.Record, t AcknowledgeType) string {
+	switch {
+	case r == nil:
+		return "nil record"
+	case r.Topic == "":
+		return fmt.Sprintf("record at partition %d offset %d has no topic", r.Partition, r.Offset)
+	case r.Offset < 0 || r.Partition < 0:
+		return fmt.Sprintf("%s[%d]@%d: negative partition or offset", r.Topic, r.Partition, r.Offset)
+	case !t.valid():
+		return fmt.Sprintf("%s[%d]@%d: acknowledge type %v is not allowed in a transaction (only ACCEPT and REJECT)", r.Topic, r.Partition, r.Offset, t)
+	}
+	return ""
 }
 
 func (a *ShareAcknowledgements) add(topic string, partition int32, offset int64, t AcknowledgeType) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // PartitionError is the failure of one partition of a TxnShareAcknowledge.
@@ -92,3 +93,146 @@ func (e *errNotAdvertised) Error() string {
 var ErrNotAdvertised = errors.New("sharetx: TxnShareAcknowledge not advertised")
 
 func (e *errNotAdvertised) Is(target error) bool { return target == ErrNotAdvertised }
+
+// The kinds of *TransactionError, matched with errors.Is. Every error that
+// TransactionalShareAcknowledger's Flush, Commit and Abort return, other than
+// ErrClosed, is a *TransactionError of exactly one of ErrRetriable,
+// ErrRejected and ErrTerminal; ErrFenced is a kind of ErrTerminal.
+var (
+	// ErrRetriable: the transaction was aborted, and every acknowledgement
+	// it carried is back in the acknowledger's buffer, their records
+	// ACQUIRED by the share consumer again. Calling Commit again (after a
+	// back-off) may succeed: the failure was transient (coordinator or
+	// proxy not available, including the proxy's TX_PENDING limit;
+	// TRANSACTION_ABORTABLE; a network error or timeout; a canceled
+	// context; a commit whose outcome is unknown, see
+	// TransactionError.MaybeCommitted).
+	ErrRetriable = errors.New("sharetx: retriable transaction failure")
+
+	// ErrRejected: the proxy refused some acknowledgements themselves (a
+	// *PartitionErrors: offsets no longer acquired by the member because
+	// their acquisition lock expired or they went to another member, an
+	// unknown topic id, a malformed range). The transaction was aborted.
+	// The refused acknowledgements were dropped and their records released
+	// (TransactionError.Dropped); every other one is back in the buffer, and
+	// Commit again commits them.
+	ErrRejected = errors.New("sharetx: acknowledgements rejected")
+
+	// ErrTerminal: the acknowledger can commit nothing any more: the
+	// producer was fenced (ErrFenced) or is otherwise in a fatal state, the
+	// cluster is not reached through sharetx (ErrNotAdvertised), the proxy
+	// does not know the producer (INVALID_PRODUCER_ID_MAPPING: it
+	// initialized elsewhere, or the proxy restarted), an authorization
+	// failed, or the ShareGroupMetadata names a member that is gone
+	// (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH). The transaction was aborted
+	// (if it could be), the acknowledgements stay in the buffer and every
+	// later Flush, Commit and Acknowledge returns the same error. Close the
+	// acknowledger, which releases their records, and start over with a new
+	// producer.
+	ErrTerminal = errors.New("sharetx: terminal transaction failure")
+
+	// ErrFenced: terminal (errors.Is(err, ErrTerminal) holds too). A newer
+	// producer with the same transactional id initialized, so this one is a
+	// zombie: the coordinator aborted its open transaction and refuses it
+	// everything. The new instance owns the work now.
+	ErrFenced = errors.New("sharetx: transactional producer fenced")
+
+	// ErrClosed is returned by every method of a closed
+	// TransactionalShareAcknowledger but Close.
+	ErrClosed = errors.New("sharetx: acknowledger closed")
+)
+
+type errKind uint8
+
+const (
+	kindRetriable errKind = iota
+	kindRejected
+	kindTerminal
+	kindFenced // a terminal kind
+)
+
+// TransactionError is the error of a TransactionalShareAcknowledger's Flush,
+// Commit, Abort or Close. errors.Is matches its kind (ErrRetriable,
+// ErrRejected, ErrTerminal, ErrFenced) and also reaches its causes: kerr
+// errors (errors.Is(err, kerr.ProducerFenced)), *PartitionErrors
+// (errors.As), context errors.
+type TransactionError struct {
+	// Op is what failed: "flush", "commit", "abort" or "close".
+	Op string
+	// Err is the cause.
+	Err error
+	// AbortErr is non-nil when aborting the transaction after the failure
+	// failed too. The acknowledger retries the abort before anything else
+	// on the next Flush, Commit, Abort or Close; if nothing ends it, the
+	// coordinator aborts the transaction when it times out.
+	AbortErr error
+	// MaybeCommitted is set when the commit's outcome is unknown: EndTxn
+	// was sent and its answer was lost (a network error, a timeout,
+	// UNKNOWN_SERVER_ERROR). The acknowledgements are kept like for any
+	// retriable error, and retrying is safe: if the transaction did
+	// commit, the proxy refuses them again (INVALID_RECORD_STATE, so
+	// ErrRejected, and they are dropped); if it aborted, they commit now.
+	// Either way each acknowledgement takes effect at most once.
+	MaybeCommitted bool
+	// Kept is the number of acknowledgements in the buffer after the
+	// failure (Len).
+	Kept int
+	// Dropped are the records whose acknowledgements the proxy refused
+	// (ErrRejected); they were released for redelivery.
+	Dropped []*kgo.Record
+
+	kind errKind
+}
+
+func (e *TransactionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sharetx: %s: %s", e.Op, strings.TrimPrefix(fmt.Sprint(e.Err), "sharetx: "))
+	if e.AbortErr != nil {
+		fmt.Fprintf(&b, "; aborting the transaction failed too: %v", e.AbortErr)
+	}
+	switch e.kind {
+	case kindRetriable:
+		b.WriteString(" (retriable")
+	case kindRejected:
+		b.WriteString(" (rejected")
+	case kindFenced:
+		b.WriteString(" (terminal: fenced by a newer producer with the same transactional id")
+	default:
+		b.WriteString(" (terminal: the acknowledger can no longer commit")
+	}
+	if e.MaybeCommitted {
+		b.WriteString("; the commit's outcome is unknown")
+	}
+	if len(e.Dropped) > 0 {
+		fmt.Fprintf(&b, "; %d acknowledgement(s) dropped", len(e.Dropped))
+	}
+	fmt.Fprintf(&b, "; %d acknowledgement(s) kept)", e.Kept)
+	return b.String()
+}
+
+// Is matches the error's kind.
+func (e *TransactionError) Is(target error) bool {
+	switch target {
+	case ErrRetriable:
+		return e.kind == kindRetriable
+	case ErrRejected:
+		return e.kind == kindRejected
+	case ErrTerminal:
+		return e.kind >= kindTerminal
+	case ErrFenced:
+		return e.kind == kindFenced
+	}
+	return false
+}
+
+// Unwrap returns the cause and the abort's error, for errors.Is and
+// errors.As.
+func (e *TransactionError) Unwrap() []error {
+	out := make([]error, 0, 2)
+	for _, err := range []error{e.Err, e.AbortErr} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}

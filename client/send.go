@@ -39,6 +39,7 @@ type clientState struct {
 	topicIDs   map[string][16]byte
 	shadowN    int32
 	shadowAt   time.Time
+	owned      bool       // a TransactionalShareAcknowledger owns the client's transactions
 	touchMu    sync.Mutex // serializes touches
 	touched    bool
 	touchPID   int64
@@ -84,22 +85,9 @@ func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.C
 	if acks.Len() == 0 {
 		return nil
 	}
-	if producer == nil {
-		return errors.New("sharetx: nil producer")
-	}
-	if md.GroupID == "" {
-		return errors.New("sharetx: ShareGroupMetadata has no GroupID")
-	}
-	txnID, _ := producer.OptValue(kgo.TransactionalID).(string)
-	if txnID == "" {
-		return errors.New("sharetx: the producer is not transactional (kgo.TransactionalID)")
-	}
-	cfg := configOf(producer)
-	if cfg == nil {
-		return errors.New("sharetx: the producer was not built with client.ClientOpts (or kgo.RecordPartitioner was set after them; use client.Partitioner)")
-	}
-	if vs, _ := producer.OptValue(kgo.MaxVersions).(*kversion.Versions); vs != nil && !vs.HasKey(cfg.apiKey) {
-		return fmt.Errorf("sharetx: the producer's version table lacks TxnShareAcknowledge (key %d): kgo.MaxVersions was set after client.ClientOpts; use client.MaxVersions", cfg.apiKey)
+	txnID, cfg, err := checkProducer(producer, md)
+	if err != nil {
+		return err
 	}
 
 	st := stateFor(producer)
@@ -138,6 +126,30 @@ func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.C
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: unexpected response type %T", kresp)
 	}
 	return st.mapResponse(resp, byID)
+}
+
+// checkProducer checks that producer can bind acknowledgements to its
+// transactions through sharetx (without asking the cluster) and returns its
+// transactional id and sharetx configuration.
+func checkProducer(producer *kgo.Client, md ShareGroupMetadata) (string, *config, error) {
+	if producer == nil {
+		return "", nil, errors.New("sharetx: nil producer")
+	}
+	if md.GroupID == "" {
+		return "", nil, errors.New("sharetx: ShareGroupMetadata has no GroupID")
+	}
+	txnID, _ := producer.OptValue(kgo.TransactionalID).(string)
+	if txnID == "" {
+		return "", nil, errors.New("sharetx: the producer is not transactional (kgo.TransactionalID)")
+	}
+	cfg := configOf(producer)
+	if cfg == nil {
+		return "", nil, errors.New("sharetx: the producer was not built with client.ClientOpts (or kgo.RecordPartitioner was set after them; use client.Partitioner)")
+	}
+	if vs, _ := producer.OptValue(kgo.MaxVersions).(*kversion.Versions); vs != nil && !vs.HasKey(cfg.apiKey) {
+		return "", nil, fmt.Errorf("sharetx: the producer's version table lacks TxnShareAcknowledge (key %d): kgo.MaxVersions was set after client.ClientOpts; use client.MaxVersions", cfg.apiKey)
+	}
+	return txnID, cfg, nil
 }
 
 func buildRequest(key int16, txnID string, md ShareGroupMetadata, tbs []topicBatches, ids map[string][16]byte) *intercept.TxnShareAcknowledgeRequest {
