@@ -86,6 +86,90 @@
 // (Record.Ack) while their acknowledgement is bound to a transaction; a
 // terminal Ack cannot be changed to RELEASE afterwards.
 //
+// # Applications without Kafka output: TransactionalShareAcknowledger
+//
+// An application whose effects live outside Kafka (a stream processor that
+// checkpoints its state, a consumer that writes to a database) has no
+// transaction of its own to bind acknowledgements to.
+// TransactionalShareAcknowledger runs one for it, on a transactional producer
+// dedicated to it:
+//
+//	producer, _ := kgo.NewClient(append([]kgo.Opt{
+//		kgo.SeedBrokers("sharetx:9092"),
+//		kgo.TransactionalID("orders-checkpointer-1"),
+//	}, client.ClientOpts()...)...)
+//	acker, err := client.NewTransactionalShareAcknowledger(producer, client.NewShareGroupMetadata("orders-workers"))
+//	if err != nil {
+//		return err
+//	}
+//	defer acker.Close(ctx) // aborts what is not committed, releases the records
+//
+//	// retry runs Flush or Commit until it succeeds or fails terminally
+//	// (ErrFenced: another instance took over), before the next poll.
+//	retry := func(op func(context.Context) error) error {
+//		err := op(ctx)
+//		for ctx.Err() == nil && (errors.Is(err, client.ErrRetriable) || errors.Is(err, client.ErrRejected)) {
+//			time.Sleep(time.Second) // everything the proxy did not refuse is kept
+//			err = op(ctx)
+//		}
+//		return err
+//	}
+//	for {
+//		for _, r := range consumer.PollRecords(ctx, 100).Records() {
+//			state.Apply(r)
+//			acker.Acknowledge(r, client.Accept) // or client.Reject
+//		}
+//		// Stage them before polling again (see the rules below).
+//		if err := retry(acker.Flush); err != nil {
+//			return err
+//		}
+//		if state.CheckpointCompleted() {
+//			if err := retry(acker.Commit); err != nil {
+//				return err
+//			}
+//		}
+//	}
+//
+// Acknowledge buffers (it is safe for concurrent use and never waits for the
+// cluster). Flush stages the buffer in the acknowledger's open transaction,
+// beginning one if needed. Commit stages what is buffered and commits the
+// transaction; with nothing buffered or staged it sends nothing. Abort drops
+// everything, aborts the transaction and releases the records
+// (ReleaseForRedelivery); Close does the same and refuses further use
+// (ErrClosed).
+//
+// The rules, all from the implicit ACCEPT described above:
+//
+//   - Flush (or Commit) before the share consumer polls again. The proxy holds
+//     back the consumer's implicit ACCEPT only for staged records; for a
+//     record merely buffered it reaches the broker, and the record is
+//     acknowledged whether or not the transaction ever commits.
+//   - After a failed Flush or Commit the transaction is aborted and the
+//     acknowledgements kept are no longer staged: Flush or Commit again (or
+//     Abort) before polling.
+//   - A transaction stays open from the first Flush to the Commit: end it
+//     within the producer's kgo.TransactionTimeout (40 s by default), or the
+//     coordinator aborts it and the next Commit fails. Meanwhile the proxy
+//     renews the staged records' acquisition locks.
+//   - After an abort the records are ACQUIRED by the share consumer again.
+//     Those of its latest poll are released and redelivered at once; those
+//     whose implicit ACCEPT it already sent (earlier polls; held back by the
+//     proxy) cannot be released by the client any more and stay acquired
+//     until their acquisition lock expires or the consumer leaves, then are
+//     redelivered.
+//
+// Failures are *TransactionError, of one kind matched with errors.Is:
+// ErrRetriable (the transaction was aborted, every acknowledgement kept:
+// Commit again), ErrRejected (the proxy refused some acknowledgements,
+// *PartitionErrors: those are dropped and their records released, the rest
+// kept), ErrTerminal (the producer can run no more transactions, ErrFenced when
+// a newer instance with the same transactional id fenced it: every later call
+// returns the same error; Close the acknowledger and start over). errors.Is
+// reaches the cause too (kerr errors, context errors). A commit whose outcome
+// is unknown (TransactionError.MaybeCommitted) is retriable: if it did commit,
+// the proxy refuses the acknowledgements again (ErrRejected), so none takes
+// effect twice.
+//
 // # Ack-only transactions and the touch record
 //
 // kgo's EndTransaction sends no EndTxn when the client produced nothing in

@@ -95,27 +95,30 @@ var ErrNotAdvertised = errors.New("sharetx: TxnShareAcknowledge not advertised")
 func (e *errNotAdvertised) Is(target error) bool { return target == ErrNotAdvertised }
 
 // The kinds of *TransactionError, matched with errors.Is. Every error that
-// TransactionalShareAcknowledger's Flush, Commit and Abort return, other than
-// ErrClosed, is a *TransactionError of exactly one of ErrRetriable,
-// ErrRejected and ErrTerminal; ErrFenced is a kind of ErrTerminal.
+// TransactionalShareAcknowledger's Flush, Commit, Abort and Close return,
+// other than ErrClosed, is a *TransactionError of exactly one of
+// ErrRetriable, ErrRejected and ErrTerminal; ErrFenced is a kind of
+// ErrTerminal.
 var (
-	// ErrRetriable: the transaction was aborted, and every acknowledgement
-	// it carried is back in the acknowledger's buffer, their records
-	// ACQUIRED by the share consumer again. Calling Commit again (after a
-	// back-off) may succeed: the failure was transient (coordinator or
-	// proxy not available, including the proxy's TX_PENDING limit;
+	// ErrRetriable: the failure was transient (coordinator or proxy not
+	// available, including the proxy's TX_PENDING limit;
 	// TRANSACTION_ABORTABLE; a network error or timeout; a canceled
 	// context; a commit whose outcome is unknown, see
-	// TransactionError.MaybeCommitted).
+	// TransactionError.MaybeCommitted). The transaction was aborted
+	// (TransactionError.AbortErr says if that failed too), and every
+	// acknowledgement it carried is back in the acknowledger's buffer,
+	// their records ACQUIRED by the share consumer again. Flush or Commit
+	// again (after a back-off) may succeed.
 	ErrRetriable = errors.New("sharetx: retriable transaction failure")
 
 	// ErrRejected: the proxy refused some acknowledgements themselves (a
-	// *PartitionErrors: offsets no longer acquired by the member because
-	// their acquisition lock expired or they went to another member, an
-	// unknown topic id, a malformed range). The transaction was aborted.
-	// The refused acknowledgements were dropped and their records released
+	// *PartitionErrors: offsets not acquired by the member, because their
+	// acquisition lock expired and they went to another member, or because
+	// they are already staged or committed; an unknown topic id; a
+	// malformed range). The transaction was aborted. The acknowledgements
+	// of the refused partitions were dropped and their records released
 	// (TransactionError.Dropped); every other one is back in the buffer, and
-	// Commit again commits them.
+	// Flush or Commit again stages them.
 	ErrRejected = errors.New("sharetx: acknowledgements rejected")
 
 	// ErrTerminal: the acknowledger can commit nothing any more: the
