@@ -64,6 +64,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.MaxPoll, "max-poll", 50, "records per poll (and transaction) at most")
 	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.KgoLog, "kgo-log", "warn", "the workers' kgo log level (in their logs)")
+	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxies' log level (in their logs): debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -235,7 +235,7 @@ func (p *phase) setup(ctx context.Context) error {
 		base := p.r.portBase + i*p.r.portBlock
 		pp := &proxyProc{idx: i + 1, id: fmt.Sprintf("chaos-proxy-%d", i+1), bootstrap: fmt.Sprintf("127.0.0.1:%d", base),
 			portBase: base, metrics: fmt.Sprintf("127.0.0.1:%d", base+p.r.portBlock-1)}
-		if err := pp.start(p.r.sharetxBin, o.Seeds, p.dir, p.t0, time.Minute); err != nil {
+		if err := pp.start(p.r.sharetxBin, o.Seeds, o.ProxyLog, p.dir, p.t0, time.Minute); err != nil {
 			return err
 		}
 		p.proxy = append(p.proxy, pp)
@@ -267,6 +267,12 @@ func proxyAddrs(ps []*proxyProc) []string {
 	return s
 }
 
+// maxPoll: records per poll, at most --max-poll, fewer for a small run so
+// that there are transactions enough (about 20) for the fault to land in.
+func (p *phase) maxPoll() int {
+	return min(p.r.o.MaxPoll, max(5, p.n/20))
+}
+
 func (p *phase) txnID(s *workerSlot) string {
 	return fmt.Sprintf("%s-w%d-%d", p.id, s.idx, s.incarnation)
 }
@@ -276,7 +282,7 @@ func (p *phase) startWorker(s *workerSlot) error {
 	s.starts++
 	label := fmt.Sprintf("w%d#%d", s.idx, s.starts-1)
 	cfg := workerConfig{name: fmt.Sprintf("%s-%s", p.fault, label), bootstrap: s.proxy.bootstrap, group: p.group, in: p.in, out: p.out,
-		txnID: p.txnID(s), maxPoll: p.r.o.MaxPoll, abortRate: p.r.o.AbortRate, txnTimeout: s.txnTimeout,
+		txnID: p.txnID(s), maxPoll: p.maxPoll(), abortRate: p.r.o.AbortRate, txnTimeout: s.txnTimeout,
 		seed: int64(p.r.intn(1 << 30)), logLevel: p.r.o.KgoLog}
 	ready := make(chan struct{})
 	var once sync.Once
@@ -561,7 +567,7 @@ func (p *phase) workerKill() {
 		}
 		s := k.s
 		if !p.holdAt(s, k.point, "5s", 15*time.Second) {
-			p.note("worker %s did not reach %q within 15s (no work left?): kill %d skipped", s.label, k.point, i+1)
+			p.note("worker %s did not reach %q (no work left?): kill %d skipped", s.label, k.point, i+1)
 			continue
 		}
 		pid := s.cur.pid()
@@ -587,12 +593,22 @@ func (p *phase) workerKill() {
 
 // holdAt asks worker s to sleep for d at point and waits (up to wait) until
 // it is there.
+// It gives up early once every input is in the output: no work is left.
 func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool {
 	drainHolds(s)
 	if err := s.cur.send("hold " + point + " " + d); err != nil {
 		return false
 	}
-	return waitHold(s, "HOLD "+point, wait)
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		if waitHold(s, "HOLD "+point, 250*time.Millisecond) {
+			return true
+		}
+		if d, _, _ := p.watch.snapshot(); d >= p.n {
+			return false
+		}
+	}
+	return false
 }
 
 // proxyKill: kill -9 proxy 1 while one of its workers has acknowledgements
@@ -623,7 +639,7 @@ func (p *phase) proxyKill() {
 	p.note("kill -9 %s (pid %d) %s; its workers %s lose their connections", pp.id, pid, where, p.workersOf(pp))
 	time.Sleep(2 * time.Second)
 	t := time.Now()
-	if err := pp.start(p.r.sharetxBin, p.r.o.Seeds, p.dir, p.t0, time.Minute); err != nil {
+	if err := pp.start(p.r.sharetxBin, p.r.o.Seeds, p.r.o.ProxyLog, p.dir, p.t0, time.Minute); err != nil {
 		p.fail("restart %s: %v", pp.id, err)
 		return
 	}

@@ -179,23 +179,23 @@ func moduleRoot() (string, error) {
 
 // proxyEnv is the configuration of proxy pp: everything through SHARETX_*
 // variables (configs/sharetx.yaml lists the keys). Later entries win.
-func proxyEnv(pp *proxyProc) []string {
+func proxyEnv(pp *proxyProc, level string) []string {
 	return append(os.Environ(),
 		"SHARETX_LISTEN_BOOTSTRAP="+pp.bootstrap,
 		"SHARETX_LISTEN_ADVERTISED_HOST=127.0.0.1",
 		"SHARETX_LISTEN_BROKER_PORT_BASE="+strconv.Itoa(pp.portBase),
 		"SHARETX_METRICS_ADDRESS="+pp.metrics,
 		"SHARETX_KIP1289_PROXY_ID="+pp.id,
-		"SHARETX_LOG_LEVEL=info",
+		"SHARETX_LOG_LEVEL="+level,
 	)
 }
 
 // start starts (or restarts) the proxy and waits until it says ready.
-func (pp *proxyProc) start(bin string, seeds []string, dir string, t0 time.Time, timeout time.Duration) error {
+func (pp *proxyProc) start(bin string, seeds []string, logLevel, dir string, t0 time.Time, timeout time.Duration) error {
 	pp.starts++
 	ready := make(chan struct{})
 	var once sync.Once
-	p, err := startProc(fmt.Sprintf("proxy-%d", pp.idx), bin, []string{"--upstream", strings.Join(seeds, ",")}, proxyEnv(pp),
+	p, err := startProc(fmt.Sprintf("proxy-%d", pp.idx), bin, []string{"--upstream", strings.Join(seeds, ",")}, proxyEnv(pp, logLevel),
 		filepath.Join(dir, fmt.Sprintf("proxy-%d.log", pp.idx)), t0, func(line string) {
 			if strings.HasPrefix(line, "sharetx: ready") {
 				once.Do(func() { close(ready) })

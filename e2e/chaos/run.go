@@ -37,6 +37,7 @@ type Options struct {
 	MaxPoll     int
 	Seed        int64
 	KgoLog      string // the workers' kgo log level
+	ProxyLog    string // the proxies' log.level
 	Out         io.Writer
 }
 
@@ -73,6 +74,9 @@ func (o *Options) defaults() {
 	}
 	if o.KgoLog == "" {
 		o.KgoLog = "warn"
+	}
+	if o.ProxyLog == "" {
+		o.ProxyLog = "info"
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout

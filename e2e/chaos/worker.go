@@ -4,7 +4,8 @@ package main
 // orchestrator as `chaos worker ...` (its own binary re-executed). It talks
 // to the orchestrator through lines:
 //
-//	stdout  READY
+//	stdout  INIT producer_id=<id> epoch=<epoch> txn_id=<id>
+//	        READY
 //	        TXN commit n=<records> commits=<c> aborts=<a> ms=<timings> recs=<partition>:<offset>:<delivery>,...
 //	        TXN abort n=<records> commits=<c> aborts=<a> ms=<timings> recs=... reason=<why>
 //	        (timings, ms: poll wait since the previous transaction/produce/TxnShareAcknowledge/EndTxn)
@@ -134,7 +135,33 @@ func (w *worker) common() []kgo.Opt {
 	}
 }
 
+// newProducer builds the transactional producer and initializes it at once
+// (InitProducerId, like the Java client's initTransactions): that bumps the
+// epoch of the transactional id, fencing a previous incarnation and
+// aborting the transaction it left open. kgo would otherwise initialize
+// lazily, on the first produce.
 func (w *worker) newProducer() (*kgo.Client, error) {
+	p, err := w.buildProducer()
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		id, epoch, err := p.ProducerID(ctx)
+		cancel()
+		if err == nil {
+			w.say("INIT producer_id=%d epoch=%d txn_id=%s", id, epoch, w.cfg.txnID)
+			return p, nil
+		}
+		w.say("ERR InitProducerId (attempt %d): %v", attempt, err)
+		if attempt == 5 {
+			return p, nil // kgo retries on the first produce
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func (w *worker) buildProducer() (*kgo.Client, error) {
 	return kgo.NewClient(append(append(w.common(),
 		kgo.TransactionalID(w.cfg.txnID),
 		kgo.TransactionTimeout(w.cfg.txnTimeout),
@@ -193,18 +220,20 @@ func (w *worker) readCommands() {
 	w.stop.Store(true)
 }
 
-// hold sleeps at point if the orchestrator asked for it.
-func (w *worker) hold(point string) {
+// hold sleeps at point if the orchestrator asked for it, and reports
+// whether it did.
+func (w *worker) hold(point string) bool {
 	w.holdMu.Lock()
 	d, ok := w.holds[point]
 	delete(w.holds, point)
 	w.holdMu.Unlock()
 	if !ok {
-		return
+		return false
 	}
 	w.say("HOLD %s", point)
 	time.Sleep(d)
 	w.say("HOLD-END %s", point)
+	return true
 }
 
 func (w *worker) run() int {
@@ -315,10 +344,10 @@ func (w *worker) transact(recs []*kgo.Record) {
 		}
 		lap(&tAck)
 	}
-	if err == nil {
-		w.hold("staged")
-	}
-	random := err == nil && w.rng.Float64() < w.cfg.abortRate
+	held := err == nil && w.hold("staged")
+	// A transaction held on purpose always tries to commit: the fault is
+	// about what that commit does.
+	random := err == nil && !held && w.rng.Float64() < w.cfg.abortRate
 	if err == nil && !random {
 		t = time.Now()
 		cerr := w.producer.EndTransaction(ctx, kgo.TryCommit)
