@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet
+.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos
 
 run:
 	go run ./cmd/sharetx
@@ -52,3 +52,14 @@ kafka-down:
 
 kafka-status:
 	@e2e/kafka/kafka.sh status
+
+# Chaos test of transactional share-group acknowledgements (e2e/chaos): starts
+# (or reuses) a three-node cluster, then one phase per fault (none, worker-kill,
+# proxy-kill, broker-restart, worker-stall, txn-timeout) with sharetx and worker
+# processes; prints a table, fails if any phase lost, duplicated or left
+# unacknowledged an input. More flags: CHAOS_FLAGS='--records 500 --faults
+# none,proxy-kill --json chaos.json'. KAFKA_E2E_DIR/KAFKA_BASE_PORT pass through.
+CHAOS_FLAGS ?=
+chaos:
+	@seeds=$$(KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=3 e2e/kafka/kafka.sh up | tail -n 1) && echo "== chaos on real Kafka $(KAFKA_VERSION) x3: $$seeds" && \
+	go run ./e2e/chaos --seeds $$seeds --kafka-script e2e/kafka/kafka.sh $(CHAOS_FLAGS)
