@@ -217,33 +217,99 @@ func readAllCommitted(seeds []string, topic string, idle, max time.Duration) (ma
 }
 
 // unackedRecords joins the share group with a fresh member straight to the
-// cluster and collects every input record it is handed within join + quiet
-// (quiet longer than the acquisition lock, so records locked by a member
-// that went away are released to it too). It never accepts them: each is
-// released before the next poll (so it comes back: only records not seen
-// before restart the quiet period), and Close releases the rest. The result
-// maps partition/offset to the record's value.
-func unackedRecords(seeds []string, group, topic string, join, quiet time.Duration) (map[poKey]string, error) {
+// cluster and collects the input records it is handed within join + quiet
+// (quiet longer than the acquisition lock, so that records locked by a
+// member that went away are released meanwhile). It never accepts them: the
+// first poll that hands it records is released and the member leaves (each
+// further poll would redeliver them, counting towards the delivery limit,
+// which archives them). For the rest of the period it watches the group's
+// lag instead. It returns the records it was handed (partition/offset →
+// value) and the group's lag on the topic at the end (records not yet
+// acknowledged; -1 if the broker does not know).
+func unackedRecords(seeds []string, group, topic string, join, quiet time.Duration) (map[poKey]string, int64, error) {
 	cl, err := direct(seeds, kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(500*time.Millisecond))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	defer cl.Close()
+	closeOnce := sync.OnceFunc(cl.Close)
+	defer closeOnce()
 	got := map[poKey]string{}
 	start := time.Now()
-	lastNew := start // a record not seen before
-	for time.Since(lastNew) < quiet || time.Since(start) < quiet+join {
+	for polling := true; time.Since(start) < quiet+join; {
+		if !polling {
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		recs := cl.PollRecords(ctx, 500).Records()
+		recs := cl.PollRecords(ctx, 10000).Records()
 		cancel()
 		for _, r := range recs {
-			k := poKey{r.Partition, r.Offset}
-			if _, seen := got[k]; !seen {
-				got[k] = string(r.Value)
-				lastNew = time.Now()
-			}
-			r.Ack(kgo.AckRelease) // never accept (the next poll would, implicitly)
+			got[poKey{r.Partition, r.Offset}] = string(r.Value)
+			r.Ack(kgo.AckRelease)
+		}
+		if len(recs) > 0 {
+			closeOnce() // sends the releases, releases anything buffered, leaves
+			polling = false
 		}
 	}
-	return got, nil
+	closeOnce()
+	admin, err := direct(seeds)
+	if err != nil {
+		return got, -1, err
+	}
+	defer admin.Close()
+	lag, err := shareLag(admin, group, topic)
+	return got, lag, err
+}
+
+// shareLag sums the share-group lag (KIP-1226: records not yet acknowledged
+// or archived) over the topic's partitions; -1 if a partition's is unknown.
+func shareLag(cl *kgo.Client, group, topic string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
+	if err != nil {
+		return -1, err
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		return -1, fmt.Errorf("metadata of %s: %v", topic, td.Err)
+	}
+	req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+	g := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+	g.GroupID = group
+	tp := kmsg.NewDescribeShareGroupOffsetsRequestGroupTopic()
+	tp.Topic = topic
+	for p := range td.Partitions {
+		tp.Partitions = append(tp.Partitions, p)
+	}
+	g.Topics = append(g.Topics, tp)
+	req.Groups = append(req.Groups, g)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return -1, fmt.Errorf("describe share group offsets: %w", err)
+	}
+	var sum int64
+	n := 0
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return -1, fmt.Errorf("describe share group offsets of %s: %w", group, err)
+		}
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return -1, fmt.Errorf("describe share group offsets of %s/%d: %w", topic, p.Partition, err)
+				}
+				if p.Lag < 0 {
+					return -1, nil
+				}
+				sum += p.Lag
+				n++
+			}
+		}
+	}
+	if n != len(td.Partitions) {
+		return -1, nil
+	}
+	return sum, nil
 }

@@ -446,6 +446,7 @@ func (p *phase) verify() PhaseResult {
 		outputs  map[string]int
 		readErr  error
 		unacked  map[poKey]string
+		lag      int64
 		unackErr error
 	)
 	wg.Add(2)
@@ -455,7 +456,7 @@ func (p *phase) verify() PhaseResult {
 	}()
 	go func() {
 		defer wg.Done()
-		unacked, unackErr = unackedRecords(o.Seeds, p.group, p.in, 6*time.Second, p.lock+3*time.Second)
+		unacked, lag, unackErr = unackedRecords(o.Seeds, p.group, p.in, 6*time.Second, p.lock+3*time.Second)
 	}()
 	wg.Wait()
 	if readErr != nil {
@@ -465,7 +466,13 @@ func (p *phase) verify() PhaseResult {
 		p.fail("share group check: %v", unackErr)
 	}
 	p.res.Counts = Count(p.ids, outputs)
+	// Unacked: what the fresh member was handed, or the group's lag if
+	// that is more (records still locked by someone when it looked).
 	p.res.Unacked = len(unacked)
+	p.res.ShareLag = lag
+	if lag > int64(len(unacked)) {
+		p.res.Unacked = int(lag)
+	}
 	for _, id := range unacked {
 		p.res.UnackedIDs = append(p.res.UnackedIDs, id)
 		if outputs[id] > 0 {
@@ -475,8 +482,8 @@ func (p *phase) verify() PhaseResult {
 	sort.Strings(p.res.UnackedIDs)
 	p.diagnose()
 	p.res.Judge()
-	p.say("verified: in %d, out %d, duplicates %d, lost %d, unacked %d (%d of them in the output), unexpected %d",
-		p.res.In, p.res.Out, p.res.Duplicates, p.res.Lost, p.res.Unacked, p.res.UnackedCommitted, p.res.Unexpected)
+	p.say("verified: in %d, out %d, duplicates %d, lost %d, unacked %d (handed to a fresh member: %d, %d of them in the output; group lag %d), unexpected %d",
+		p.res.In, p.res.Out, p.res.Duplicates, p.res.Lost, p.res.Unacked, len(unacked), p.res.UnackedCommitted, lag, p.res.Unexpected)
 	return p.res
 }
 

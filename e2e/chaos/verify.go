@@ -69,6 +69,7 @@ type PhaseResult struct {
 	Unacked          int      `json:"unacked"`
 	UnackedIDs       []string `json:"unacked_ids,omitempty"`
 	UnackedCommitted int      `json:"unacked_committed"` // of those, ids that are in the output (committed, ack never applied)
+	ShareLag         int64    `json:"share_lag"`         // the group's lag on the input after the check (-1: unknown)
 	TxnsCommitted    int      `json:"txns_committed"`    // as reported by the workers
 	TxnsAborted      int      `json:"txns_aborted"`
 	Seconds          float64  `json:"seconds"`
