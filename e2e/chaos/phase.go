@@ -235,7 +235,7 @@ func (p *phase) setup(ctx context.Context) error {
 		base := p.r.portBase + i*p.r.portBlock
 		pp := &proxyProc{idx: i + 1, id: fmt.Sprintf("chaos-proxy-%d", i+1), bootstrap: fmt.Sprintf("127.0.0.1:%d", base),
 			portBase: base, metrics: fmt.Sprintf("127.0.0.1:%d", base+p.r.portBlock-1)}
-		if err := pp.start(p.r.sharetxBin, o.Seeds, o.ProxyLog, p.dir, p.t0, time.Minute); err != nil {
+		if err := p.startProxy(pp); err != nil {
 			return err
 		}
 		p.proxy = append(p.proxy, pp)
@@ -256,6 +256,18 @@ func (p *phase) setup(ctx context.Context) error {
 		}
 		p.slots = append(p.slots, s)
 	}
+	return nil
+}
+
+// startProxy starts (or restarts) pp and watches for it dying on its own.
+func (p *phase) startProxy(pp *proxyProc) error {
+	if err := pp.start(p.r.sharetxBin, p.r.o.Seeds, p.r.o.ProxyLog, p.dir, p.t0, time.Minute); err != nil {
+		return err
+	}
+	start := pp.starts
+	pp.p.onUnexpectedExit(func(err error) {
+		p.fail("%s (start %d) exited on its own (%v): see %s", pp.id, start, err, filepath.Join(p.dir, fmt.Sprintf("proxy-%d.log", pp.idx)))
+	})
 	return nil
 }
 
@@ -296,6 +308,9 @@ func (p *phase) startWorker(s *workerSlot) error {
 		return err
 	}
 	s.cur, s.label = pr, label
+	pr.onUnexpectedExit(func(err error) {
+		p.fail("worker %s exited on its own (%v): see %s", label, err, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)))
+	})
 	go func() {
 		<-pr.done
 		s.mu.Lock()
@@ -379,7 +394,7 @@ func (p *phase) teardown() {
 	for _, s := range p.slots {
 		if s.cur != nil && !s.cur.exited() {
 			s.cur.signal(syscall.SIGCONT)
-			s.cur.send("stop")
+			s.cur.stop()
 		}
 	}
 	for _, s := range p.slots {
@@ -646,7 +661,7 @@ func (p *phase) proxyKill() {
 	p.note("kill -9 %s (pid %d) %s; its workers %s lose their connections", pp.id, pid, where, p.workersOf(pp))
 	time.Sleep(2 * time.Second)
 	t := time.Now()
-	if err := pp.start(p.r.sharetxBin, p.r.o.Seeds, p.r.o.ProxyLog, p.dir, p.t0, time.Minute); err != nil {
+	if err := p.startProxy(pp); err != nil {
 		p.fail("restart %s: %v", pp.id, err)
 		return
 	}

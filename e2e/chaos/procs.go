@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,6 +27,9 @@ type proc struct {
 	stdin io.WriteCloser
 	done  chan struct{} // closed when the process has exited and its output is drained
 	err   error         // exit status, valid after done
+	// ending: the orchestrator killed or stopped the process; an exit
+	// without it is unexpected.
+	ending atomic.Bool
 
 	logMu sync.Mutex
 	log   *os.File
@@ -105,10 +109,33 @@ func (p *proc) exited() bool {
 	}
 }
 
-func (p *proc) signal(s syscall.Signal) error { return p.cmd.Process.Signal(s) }
+func (p *proc) signal(s syscall.Signal) error {
+	if s == syscall.SIGTERM || s == syscall.SIGKILL {
+		p.ending.Store(true)
+	}
+	return p.cmd.Process.Signal(s)
+}
+
+// stop asks a worker to finish its transaction and exit.
+func (p *proc) stop() error {
+	p.ending.Store(true)
+	return p.send("stop")
+}
+
+// onUnexpectedExit calls fn if the process exits without the orchestrator
+// having killed or stopped it.
+func (p *proc) onUnexpectedExit(fn func(err error)) {
+	go func() {
+		<-p.done
+		if !p.ending.Load() {
+			fn(p.err)
+		}
+	}()
+}
 
 // kill9 kills the process with SIGKILL and waits for it.
 func (p *proc) kill9() {
+	p.ending.Store(true)
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
