@@ -60,6 +60,12 @@ type KIP1289 struct {
 	// staged or committed and not yet applied. Match the producers'
 	// transaction timeout.
 	CloseHold time.Duration `yaml:"close_hold"`
+	// RecoveryLookback is how far back in the shadow topic a starting proxy
+	// reads (by record timestamp) to learn which acknowledgements are staged
+	// or committed, so it can screen redelivered records. A committed
+	// acknowledgement that was never applied and whose record is not
+	// redelivered within this window is not recognised afterwards.
+	RecoveryLookback time.Duration `yaml:"recovery_lookback"`
 }
 
 // Listen is the client-facing side: where clients connect and what address
@@ -195,6 +201,7 @@ func Default() Config {
 			MaxPendingRecords: 1_000_000,
 			ClientAcks:        "absorb",
 			CloseHold:         time.Minute,
+			RecoveryLookback:  time.Hour,
 		},
 	}
 }
@@ -494,6 +501,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.CloseHold < 0 {
 		return errorf("kip1289.close_hold", "must not be negative (0: do not hold)")
+	}
+	if c.KIP1289.RecoveryLookback <= 0 {
+		return errorf("kip1289.recovery_lookback", "must be positive (e.g. 1h): a proxy needs the shadow topic's recent records to screen redelivered records")
 	}
 	if c.KIP1289.ClientAcks != "absorb" && c.KIP1289.ClientAcks != "reject" {
 		return errorf("kip1289.client_acks", "%q is not absorb or reject", c.KIP1289.ClientAcks)

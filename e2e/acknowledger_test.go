@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -89,27 +88,7 @@ func idsOf(recs []*kgo.Record) map[recordID]bool {
 // newKIPSetupWith is newKIPSetup in front of a proxy started with opts.
 func newKIPSetupWith(t *testing.T, b *Backend, inputs int, opts ...ProxyOpt) *kipSetup {
 	t.Helper()
-	return newKIPSetupOn(t, b, StartProxy(t, b.Seeds, opts...), inputs)
-}
-
-func newKIPSetupOn(t *testing.T, b *Backend, p *Proxy, inputs int) *kipSetup {
-	t.Helper()
-	s := &kipSetup{p: p, rec: &DialRecorder{}}
-	s.admin = s.p.NewClient(t, s.rec)
-	adm := kadm.NewClient(s.admin)
-	s.inPartitions = 2
-	s.in = createTopic(t, adm, b, s.inPartitions)
-	s.out = createTopic(t, adm, b, 1)
-	produceN(t, s.admin, s.in, inputs)
-	s.producedInput = inputs
-	s.group = Unique("ack-group")
-	setShareAutoOffsetReset(t, s.admin, s.group)
-	s.consumer = s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
-		kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
-	s.producer = s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(Unique("ack-txn")),
-		kgo.DefaultProduceTopic(s.out)}, client.ClientOpts()...)...)
-	s.md = client.NewShareGroupMetadata(s.group)
-	return s
+	return newKIPSetupOn(t, b, StartProxy(t, b.Seeds, opts...), inputs, 2)
 }
 
 // pollBack polls until every record of want has been delivered again

@@ -32,10 +32,17 @@ type kipSetup struct {
 
 func newKIPSetup(t *testing.T, b *Backend, inputs int) *kipSetup {
 	t.Helper()
-	s := &kipSetup{p: StartProxy(t, b.Seeds), rec: &DialRecorder{}}
+	return newKIPSetupOn(t, b, StartProxy(t, b.Seeds), inputs, 2)
+}
+
+// newKIPSetupOn is newKIPSetup through proxy p, with an input topic of
+// partitions partitions.
+func newKIPSetupOn(t *testing.T, b *Backend, p *Proxy, inputs int, partitions int32) *kipSetup {
+	t.Helper()
+	s := &kipSetup{p: p, rec: &DialRecorder{}}
 	s.admin = s.p.NewClient(t, s.rec)
 	adm := kadm.NewClient(s.admin)
-	s.inPartitions = 2
+	s.inPartitions = partitions
 	s.in = createTopic(t, adm, b, s.inPartitions)
 	s.out = createTopic(t, adm, b, 1)
 	produceN(t, s.admin, s.in, inputs)

@@ -158,6 +158,9 @@ func init() {
 		if lock <= 0 {
 			lock = 30 * time.Second
 		}
+		if env.KIP.screenResponse(st, resp, lock) {
+			changed = true
+		}
 		reject := env.KIP.cfg.ClientAcks == "reject"
 		answered := map[[16]byte]map[int32]bool{}
 		for ti := range resp.Topics {

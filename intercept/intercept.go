@@ -5,7 +5,9 @@
 // for byte unless a handler is registered for its key. A registered
 // response rewriter receives the decoded response and reports whether it
 // changed it; only then is the response re-encoded. Rewriters must not block:
-// they run on the connection's response path.
+// they run on the connection's response path. (One exception: a ShareFetch
+// response with redelivered records waits for the shadow topic to be read to
+// its end, see recovery.go; that delays only its own connection.)
 package intercept
 
 import (

@@ -58,6 +58,14 @@ type KIP1289 struct {
 	staged   map[[2]int64]*stagedCall     // shadow partition, offset
 	pending  int                          // offsets STAGING..COMMITTED
 
+	// Restart recovery and redelivery (recovery.go).
+	known         map[partKey][]*knownRange
+	knownAt       map[[2]int64][]knownRef    // shadow location → its ranges
+	waiting       map[[2]int64][]*stagedCall // redelivered records held for an open transaction
+	resolvedLocs  map[[2]int64]bool          // resolved before read; bounded by resolvedOrder
+	resolvedOrder [][2]int64
+	barrier       func(ctx context.Context) error
+
 	applyCtx    context.Context
 	applyCancel context.CancelFunc
 	conflict    atomic.Bool // the cluster advertises our key
@@ -86,6 +94,8 @@ type kipMetrics struct {
 	absorbed      prometheus.Counter
 	epochErrors   prometheus.Counter
 	renewals      *prometheus.CounterVec
+	known         prometheus.Gauge
+	redelivered   *prometheus.CounterVec
 }
 
 // session is a member's share session on one broker, as the proxy
@@ -119,6 +129,11 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		parts:    map[partKey]*partState{},
 		topics:   map[string]map[[16]byte]bool{},
 		staged:   map[[2]int64]*stagedCall{},
+
+		known:        map[partKey][]*knownRange{},
+		knownAt:      map[[2]int64][]knownRef{},
+		waiting:      map[[2]int64][]*stagedCall{},
+		resolvedLocs: map[[2]int64]bool{},
 	}
 	e.applyCtx, e.applyCancel = context.WithCancel(context.Background())
 	f := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",
@@ -138,11 +153,15 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."})
 	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "lock_renewals_total",
 		Help: "RENEWs of the acquisition locks of staged or committed records, by result (ok, unsupported: the session cannot renew, or the error)."}, []string{"result"})
+	known := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_known_records",
+		Help: "Shadow records (of any proxy) whose staged or committed acknowledgements the proxy remembers, to screen redelivered records."})
+	redelivered := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "redelivered_records_total",
+		Help: "Redelivered records taken out of ShareFetch responses, by outcome: committed (acknowledged by the proxy with the committed type), held_open (held for a transaction still open), held_then_committed, held_then_aborted (released), and unverified (the shadow topic could not be read to its end in time; handed to the client)."}, []string{"outcome"})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals)
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered)
 	}
 	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed,
-		epochErrors: epochErrs, renewals: renewals}
+		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered}
 	go e.renewLoop()
 	return e
 }
@@ -218,9 +237,14 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32, batches []ackRange) (out []ackRange, held int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ps := e.parts[partKey{group, topic, partition}]
-	if ps == nil {
+	k := partKey{group, topic, partition}
+	ps := e.parts[k]
+	known := e.known[k]
+	if ps == nil && len(known) == 0 {
 		return batches, 0
+	}
+	if ps == nil {
+		ps = &partState{} // lookups in a nil map find nothing
 	}
 	changed := false
 	keep := map[int64]int8{}
@@ -239,6 +263,14 @@ func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32
 				if st.state == stApplied {
 					delete(ps.offsets, o)
 				}
+				continue
+			}
+			if st == nil && knownAt(known, o) {
+				// Staged or committed in a transaction the proxy learned
+				// from the shadow topic (a killed proxy's, or another
+				// sidecar's): the transaction decides, not this ack.
+				held++
+				changed = true
 				continue
 			}
 			if st != nil {
@@ -362,6 +394,7 @@ func (e *KIP1289) Stage(ctx context.Context, req *TxnShareAcknowledgeRequest) *T
 		}
 	}
 	e.staged[[2]int64{int64(part), off}] = call
+	e.learnLocked([2]int64{int64(part), off}, rec)
 	e.mu.Unlock()
 	ok := &TxnShareAcknowledgeResponse{}
 	for _, t := range req.Topics {
@@ -598,9 +631,11 @@ func (e *KIP1289) Resolve(partition int32, offset int64, commit bool) {
 }
 
 func (e *KIP1289) resolve(partition int32, offset int64, commit bool, via string) {
+	loc := [2]int64{int64(partition), offset}
+	e.resolveKnown(loc, commit)
 	e.mu.Lock()
-	call := e.staged[[2]int64{int64(partition), offset}]
-	delete(e.staged, [2]int64{int64(partition), offset})
+	call := e.staged[loc]
+	delete(e.staged, loc)
 	e.mu.Unlock()
 	if call == nil {
 		return
@@ -637,11 +672,21 @@ func (e *KIP1289) apply(call *stagedCall) {
 		}
 		m[r.part][r.offset] = r.ackType
 	}
+	ok := true
 	for node, parts := range bySession {
 		err := e.applyOn(node, call, parts)
 		if err != nil {
-			e.log.Warn("committed acknowledgements could not be applied upstream", "txn", call.txnID, "group", call.group, "member", call.member, "node", node, "err", err)
+			ok = false
+			e.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", call.txnID, "group", call.group, "member", call.member, "node", node, "err", err)
 		}
+	}
+	if ok && call.shadowPart >= 0 && call.shadowOff >= 0 && !call.committed.IsZero() && !call.redelivered {
+		// Applied: the broker never hands these offsets out again.
+		loc := [2]int64{int64(call.shadowPart), call.shadowOff}
+		e.mu.Lock()
+		e.forgetKnownLocked(loc)
+		e.markResolvedLocked(loc)
+		e.mu.Unlock()
 	}
 	e.finish(call)
 }
@@ -824,7 +869,7 @@ func (e *KIP1289) finish(call *stagedCall) {
 			continue
 		}
 		if st := ps.offsets[r.offset]; st != nil && st.call == call {
-			if st.clientAcked {
+			if st.clientAcked || call.redelivered {
 				delete(ps.offsets, r.offset)
 			} else {
 				st.state, st.call = stApplied, nil

@@ -69,6 +69,9 @@ type stagedCall struct {
 	shadowPart int32
 	shadowOff  int64
 	committed  time.Time
+	// redelivered: the proxy took these offsets out of a ShareFetch
+	// response (recovery.go); the client never saw them.
+	redelivered bool
 }
 
 type offRef struct {

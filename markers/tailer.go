@@ -7,9 +7,11 @@ package markers
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,6 +35,29 @@ type Tailer struct {
 	done   chan struct{}
 	log    *slog.Logger
 	res    *resolver
+
+	pmu      sync.Mutex
+	progress map[int32]int64 // per partition: offsets below were handled
+	moved    chan struct{}   // closed (and replaced) when progress moves
+}
+
+// Handlers are what a Tailer started with Start calls, from one goroutine,
+// per partition in log order.
+type Handlers struct {
+	// OnStaged is called for every shadow record (of any proxy) when it is
+	// read, before its transaction is resolved. May be nil.
+	OnStaged func(Staged)
+	// OnResolve is called for every shadow record (of any proxy) once the
+	// next COMMIT/ABORT marker of its producer id with an epoch >= the
+	// batch's epoch is read on the same partition.
+	OnResolve func(Resolution)
+}
+
+// Staged is a shadow record as read, its transaction still open.
+type Staged struct {
+	Record    *staging.ShadowRecord
+	Offset    int64
+	Partition int32
 }
 
 // NewTailer builds its own consumer client from opts (seed brokers, TLS,
@@ -52,6 +77,19 @@ type Tailer struct {
 // Fetch errors are logged and retried (by the client). Close stops the
 // Tailer.
 func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onResolve func(Resolution)) (*Tailer, error) {
+	return newTailer(opts, topic, start, newResolver(proxyID, onResolve))
+}
+
+// Start is NewTailer for the shadow records of every proxy: a restarted
+// proxy, or another sidecar, learns from them which share-partition offsets
+// are staged in open transactions and which were committed (DESIGN.md §4).
+func Start(opts []kgo.Opt, topic string, start map[int32]int64, h Handlers) (*Tailer, error) {
+	r := newResolver("", h.OnResolve)
+	r.onStaged = h.OnStaged
+	return newTailer(opts, topic, start, r)
+}
+
+func newTailer(opts []kgo.Opt, topic string, start map[int32]int64, res *resolver) (*Tailer, error) {
 	parts := make(map[int32]kgo.Offset, len(start))
 	for p, o := range start {
 		parts[p] = kgo.NewOffset().At(o)
@@ -72,7 +110,13 @@ func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onR
 		cancel: cancel,
 		done:   make(chan struct{}),
 		log:    slog.Default().With("component", "markers", "topic", topic),
-		res:    newResolver(proxyID, onResolve),
+		res:    res,
+
+		progress: make(map[int32]int64, len(start)),
+		moved:    make(chan struct{}),
+	}
+	for p, o := range start {
+		t.progress[p] = o
 	}
 	go t.run(ctx)
 	return t, nil
@@ -89,6 +133,9 @@ func (t *Tailer) run(ctx context.Context) {
 			t.log.Warn("shadow fetch error", "partition", p, "err", err)
 		})
 		fs.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if n := len(ftp.Records); n > 0 {
+				defer t.advance(ftp.Partition, ftp.Records[n-1].Offset+1)
+			}
 			for _, r := range ftp.Records {
 				t.res.handle(logRecord{
 					partition:     r.Partition,
@@ -102,6 +149,45 @@ func (t *Tailer) run(ctx context.Context) {
 				})
 			}
 		})
+	}
+}
+
+func (t *Tailer) advance(p int32, next int64) {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	if next <= t.progress[p] {
+		return
+	}
+	t.progress[p] = next
+	close(t.moved)
+	t.moved = make(chan struct{})
+}
+
+// WaitCaughtUp waits until every record below ends[p] of every partition p
+// was handled (its OnStaged/OnResolve calls returned), or ctx ends.
+func (t *Tailer) WaitCaughtUp(ctx context.Context, ends map[int32]int64) error {
+	for {
+		t.pmu.Lock()
+		behind := -1
+		var at, want int64
+		for p, end := range ends {
+			if t.progress[p] < end {
+				behind, at, want = int(p), t.progress[p], end
+				break
+			}
+		}
+		moved := t.moved
+		t.pmu.Unlock()
+		if behind < 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("markers: shadow partition %d read to %d of %d: %w", behind, at, want, ctx.Err())
+		case <-t.done:
+			return errors.New("markers: tailer closed")
+		case <-moved:
+		}
 	}
 }
 
@@ -142,8 +228,9 @@ type logRecord struct {
 // resolver is the Tailer's state machine, fed records in log order per
 // partition.
 type resolver struct {
-	proxyID   string
+	proxyID   string // "" = every proxy
 	onResolve func(Resolution)
+	onStaged  func(Staged)
 
 	mu    sync.Mutex
 	parts map[int32]*partState
@@ -185,6 +272,7 @@ func (r *resolver) handle(rec logRecord) {
 	ps.next = rec.offset + 1
 
 	var out []Resolution
+	var newStaged *Staged
 	switch {
 	case rec.control:
 		if len(rec.key) < 4 {
@@ -210,12 +298,16 @@ func (r *resolver) handle(rec logRecord) {
 		}
 	case rec.transactional && staging.IsShadowRecord(rec.value):
 		sr, err := staging.DecodeShadowRecord(rec.value)
-		if err != nil || sr.ProxyID != r.proxyID {
+		if err != nil || (r.proxyID != "" && sr.ProxyID != r.proxyID) {
 			break
 		}
 		ps.pending[rec.producerID] = append(ps.pending[rec.producerID], &staged{rec: sr, offset: rec.offset, epoch: rec.producerEpoch})
+		newStaged = &Staged{Record: sr, Offset: rec.offset, Partition: rec.partition}
 	}
 	r.mu.Unlock()
+	if newStaged != nil && r.onStaged != nil {
+		r.onStaged(*newStaged)
+	}
 	for _, res := range out {
 		r.onResolve(res)
 	}
@@ -236,6 +328,14 @@ func EndOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]in
 // needs to resolve records staged by its previous run.
 func StableOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
 	l, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	return listed(l, err, topic)
+}
+
+// OffsetsAfter returns, per partition of topic, the first offset with a
+// timestamp at or after ts (the end offset when there is none): where a
+// restarted proxy starts reading the shadow topic to recover (DESIGN.md §4).
+func OffsetsAfter(ctx context.Context, cl *kgo.Client, topic string, ts time.Time) (map[int32]int64, error) {
+	l, err := kadm.NewClient(cl).ListOffsetsAfterMilli(ctx, ts.UnixMilli(), topic)
 	return listed(l, err, topic)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/intercept"
@@ -32,15 +33,42 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	if err != nil {
 		return fmt.Errorf("shadow topic %s: %w (the proxy's principal needs CREATE on it, or create it yourself)", cfg.ShadowTopic, err)
 	}
-	start, err := markers.EndOffsets(ctx, cl.Client, cfg.ShadowTopic)
+	// Read back recovery_lookback: the staged and committed acknowledgements
+	// of every proxy (this one before a restart included), to screen
+	// redelivered records (DESIGN.md §4).
+	start, err := markers.OffsetsAfter(ctx, cl.Client, cfg.ShadowTopic, time.Now().Add(-cfg.RecoveryLookback))
+	if err != nil {
+		return fmt.Errorf("shadow topic %s offsets: %w", cfg.ShadowTopic, err)
+	}
+	ends, err := markers.EndOffsets(ctx, cl.Client, cfg.ShadowTopic)
 	if err != nil {
 		return fmt.Errorf("shadow topic %s end offsets: %w", cfg.ShadowTopic, err)
 	}
-	t, err := markers.NewTailer(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), cfg.ShadowTopic, kip.ProxyID(), start,
-		func(r markers.Resolution) { kip.Resolve(r.Partition, r.Offset, r.Commit) })
+	t, err := markers.Start(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), cfg.ShadowTopic, start, markers.Handlers{
+		OnStaged:  func(st markers.Staged) { kip.OnShadowRecord(st.Partition, st.Offset, st.Record) },
+		OnResolve: func(r markers.Resolution) { kip.Resolve(r.Partition, r.Offset, r.Commit) },
+	})
 	if err != nil {
 		return fmt.Errorf("tailing shadow topic %s: %w", cfg.ShadowTopic, err)
 	}
+	var backlog int64
+	for p, e := range ends {
+		backlog += e - start[p]
+	}
+	t0 := time.Now()
+	s.log.Info("reading the shadow topic back to recover staged and committed acknowledgements", "topic", cfg.ShadowTopic, "lookback", cfg.RecoveryLookback, "records", backlog)
+	if err := t.WaitCaughtUp(ctx, ends); err != nil {
+		t.Close()
+		return fmt.Errorf("recovering from shadow topic %s: %w", cfg.ShadowTopic, err)
+	}
+	s.log.Info("shadow topic read", "records", backlog, "took", time.Since(t0).Round(time.Millisecond), "known", kip.KnownRanges())
+	kip.SetBarrier(func(ctx context.Context) error {
+		ends, err := markers.EndOffsets(ctx, cl.Client, cfg.ShadowTopic)
+		if err != nil {
+			return err
+		}
+		return t.WaitCaughtUp(ctx, ends)
+	})
 	s.mu.Lock()
 	s.tailer = t
 	s.mu.Unlock()
@@ -57,8 +85,45 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 				return
 			case now := <-tk.C:
 				kip.Prune(now)
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := kip.PruneKnown(pctx, shareStartOffsets(cl)); err != nil {
+					s.log.Debug("pruning known shadow records: describing share-group offsets failed", "err", err)
+				}
+				cancel()
 			}
 		}
 	}()
 	return nil
+}
+
+// shareStartOffsets describes the share-partition start offsets of groups.
+func shareStartOffsets(cl *upstream.Client) intercept.StartOffsets {
+	adm := kadm.NewClient(cl.Client)
+	return func(ctx context.Context, groups []string) (map[string]map[[16]byte]map[int32]int64, error) {
+		d, err := adm.DescribeShareGroupOffsets(ctx, groups...)
+		if err != nil && len(d) == 0 {
+			return nil, err
+		}
+		out := map[string]map[[16]byte]map[int32]int64{}
+		for g, gd := range d {
+			if gd.Err != nil {
+				continue
+			}
+			m := map[[16]byte]map[int32]int64{}
+			for _, ps := range gd.Offsets {
+				for p, o := range ps {
+					if o.Err != nil || o.StartOffset < 0 {
+						continue
+					}
+					id := [16]byte(o.TopicID)
+					if m[id] == nil {
+						m[id] = map[int32]int64{}
+					}
+					m[id][p] = o.StartOffset
+				}
+			}
+			out[g] = m
+		}
+		return out, nil
+	}
 }

@@ -406,6 +406,33 @@ type FatalError struct{ Err error }
 func (e *FatalError) Error() string { return e.Err.Error() }
 func (e *FatalError) Unwrap() error { return e.Err }
 
+// Kill stops the proxy the way a crashed process stops (kill -9), for tests
+// and the chaos tool's in-process runs: nothing more is applied, renewed or
+// drained; every listener and connection (so every upstream share session)
+// closes at once.
+func (s *Server) Kill() {
+	s.env.KIP.Close()
+	s.mu.Lock()
+	s.closing = true
+	tailer := s.tailer
+	s.tailer = nil
+	if s.bootstrap != nil {
+		s.bootstrap.Close()
+	}
+	for _, n := range s.nodes {
+		if n.ln != nil {
+			n.ln.Close()
+		}
+	}
+	for c := range s.conns {
+		c.close("killed")
+	}
+	s.mu.Unlock()
+	if tailer != nil {
+		tailer.Close()
+	}
+}
+
 // Shutdown stops accepting, lets requests already read finish and their
 // responses reach the clients, and closes every connection; whatever is
 // still open when ctx ends is closed at once.
