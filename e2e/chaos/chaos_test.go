@@ -60,6 +60,7 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	t.Parallel()
 	dir, err := os.MkdirTemp("", "sharetx-chaos-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +120,7 @@ func TestVerifierOnCluster(t *testing.T) {
 		}
 		t.Skip("real cluster not configured: set E2E_KAFKA_SEEDS (make test does)")
 	}
+	t.Parallel()
 	s := strings.Split(seeds, ",")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
