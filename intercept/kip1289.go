@@ -96,6 +96,7 @@ type kipMetrics struct {
 	renewals      *prometheus.CounterVec
 	known         prometheus.Gauge
 	redelivered   *prometheus.CounterVec
+	canRenew      prometheus.Gauge
 }
 
 // session is a member's share session on one broker, as the proxy
@@ -157,13 +158,25 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "Shadow records (of any proxy) whose staged or committed acknowledgements the proxy remembers, to screen redelivered records."})
 	redelivered := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "redelivered_records_total",
 		Help: "Redelivered records taken out of ShareFetch responses, by outcome: committed (acknowledged by the proxy with the committed type), held_open (held for a transaction still open), held_then_committed, held_then_aborted (released), and unverified (the shadow topic could not be read to its end in time; handed to the client)."}, []string{"outcome"})
+	canRenew := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "lock_renewal_supported",
+		Help: "1 when the cluster speaks ShareAcknowledge v2 (RENEW, Kafka 4.2+), so staged records' locks are kept alive; 0 when a transaction must end within the acquisition lock duration."})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered)
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered, canRenew)
 	}
 	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed,
-		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered}
+		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered, canRenew: canRenew}
 	go e.renewLoop()
 	return e
+}
+
+// SetRenewSupported records whether the cluster can renew acquisition locks
+// (ShareAcknowledge v2, Kafka 4.2+).
+func (e *KIP1289) SetRenewSupported(ok bool) {
+	v := 0.0
+	if ok {
+		v = 1
+	}
+	e.m.canRenew.Set(v)
 }
 
 // Key is the API key of TxnShareAcknowledge.

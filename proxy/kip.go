@@ -72,6 +72,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	s.mu.Lock()
 	s.tailer = t
 	s.mu.Unlock()
+	s.checkRenew(ctx, cl)
 	kip.SetWriter(w, n)
 	kip.SetSideChannel(func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
 		return cl.Broker(int(node)).Request(ctx, req)
@@ -125,5 +126,27 @@ func shareStartOffsets(cl *upstream.Client) intercept.StartOffsets {
 			out[g] = m
 		}
 		return out, nil
+	}
+}
+
+// checkRenew says at start-up whether the cluster can keep the locks of
+// staged records alive (ShareAcknowledge v2 RENEW, Kafka 4.2+).
+func (s *Server) checkRenew(ctx context.Context, cl *upstream.Client) {
+	r, err := cl.Client.Request(ctx, kmsg.NewPtrApiVersionsRequest())
+	resp, ok := r.(*kmsg.ApiVersionsResponse)
+	if err != nil || !ok {
+		s.log.Warn("could not ask the cluster whether it can renew acquisition locks", "err", err)
+		return
+	}
+	var max int16 = -1
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == kmsg.ShareAcknowledge.Int16() {
+			max = k.MaxVersion
+		}
+	}
+	s.env.KIP.SetRenewSupported(max >= 2)
+	if max < 2 {
+		s.log.Warn("the cluster cannot renew acquisition locks (ShareAcknowledge v2 RENEW needs Kafka 4.2+): a transaction must commit within the share group's record lock duration (group.share.record.lock.duration.ms, 30 s by default), or its records are redelivered and its acknowledgements fail",
+			"share_acknowledge_max_version", max)
 	}
 }
