@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	// A command name with spaces and a ')' inside; utime 1234, stime 56.
+	s := "4242 (sha (re) tx) S 1 4242 4242 0 -1 4194560 9000 0 0 0 1234 56 0 0 20 0 12 0 777 1000000 2000 18446744073709551615\n"
+	c, err := parseStat(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.User != 12.34 || c.System != 0.56 || math.Abs(c.Total()-12.90) > 1e-9 {
+		t.Fatalf("got %+v", c)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 x 5"} {
+		if _, err := parseStat(bad); err == nil {
+			t.Errorf("parseStat(%q): no error", bad)
+		}
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	s := "Name:\tsharetx\nVmPeak:\t 1000 kB\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\nThreads:\t9\n"
+	m, err := parseStatus(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS != 10240*1024 || m.HWM != 20480*1024 {
+		t.Fatalf("got %+v", m)
+	}
+	if _, err := parseStatus("Name:\tzombie\nState:\tZ\n"); err == nil {
+		t.Error("no VmRSS: no error")
+	}
+}
+
+const histText = `# HELP sharetx_commit_to_applied_seconds x
+# TYPE sharetx_commit_to_applied_seconds histogram
+sharetx_commit_to_applied_seconds_bucket{le="0.001"} %d
+sharetx_commit_to_applied_seconds_bucket{le="0.01"} %d
+sharetx_commit_to_applied_seconds_bucket{le="0.1"} %d
+sharetx_commit_to_applied_seconds_bucket{le="+Inf"} %d
+sharetx_commit_to_applied_seconds_sum 1.5
+sharetx_commit_to_applied_seconds_count %d
+sharetx_request_bytes_total{api="Produce"} 100
+sharetx_request_bytes_total{api="Fetch"} 23
+`
+
+func scrapeOf(t *testing.T, a, b, c, d int) metrics {
+	t.Helper()
+	vals := []int{a, b, c, d, d}
+	var sb strings.Builder
+	i := 0
+	for _, line := range strings.SplitAfter(histText, "\n") {
+		if strings.Contains(line, "%d") {
+			line = strings.Replace(line, "%d", strconv.Itoa(vals[i]), 1)
+			i++
+		}
+		sb.WriteString(line)
+	}
+	m, err := parseMetrics(strings.NewReader(sb.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	before := scrapeOf(t, 10, 10, 10, 10) // 10 observations ≤ 1ms before the run
+	after := scrapeOf(t, 10, 60, 109, 110)
+	if got := after.sum("sharetx_request_bytes_total"); got != 123 {
+		t.Fatalf("sum = %v", got)
+	}
+	d := deltaBuckets(before.histogram("sharetx_commit_to_applied_seconds"), after.histogram("sharetx_commit_to_applied_seconds"))
+	// delta: 0 ≤ 1ms, 50 in (1ms,10ms], 49 in (10ms,100ms], 1 above.
+	want := []bucket{{0.001, 0}, {0.01, 50}, {0.1, 99}, {math.Inf(1), 100}}
+	if len(d) != len(want) {
+		t.Fatalf("delta = %v", d)
+	}
+	for i := range want {
+		if d[i] != want[i] {
+			t.Fatalf("delta = %v, want %v", d, want)
+		}
+	}
+	cases := []struct{ q, want float64 }{
+		{0.5, 0.01},                      // rank 50: top of the second bucket
+		{0.25, 0.001 + 0.009*25/50},      // halfway into (1ms,10ms]
+		{0.99, 0.1},                      // rank 99: top of the third bucket
+		{0.995, 0.1},                     // in +Inf: the largest finite bound
+		{0.75, 0.01 + 0.09*(75-50)/49.0}, // inside (10ms,100ms]
+	}
+	for _, c := range cases {
+		if got := bucketQuantile(c.q, d); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("q%.3f = %v, want %v", c.q, got, c.want)
+		}
+	}
+	// First bucket interpolates from 0.
+	first := []bucket{{0.001, 10}, {math.Inf(1), 10}}
+	if got := bucketQuantile(0.5, first); math.Abs(got-0.0005) > 1e-12 {
+		t.Errorf("first bucket q50 = %v", got)
+	}
+	if !math.IsNaN(bucketQuantile(0.5, deltaBuckets(after.histogram("sharetx_commit_to_applied_seconds"), after.histogram("sharetx_commit_to_applied_seconds")))) {
+		t.Error("no observations: want NaN")
+	}
+	if !math.IsNaN(bucketQuantile(0.5, nil)) {
+		t.Error("no buckets: want NaN")
+	}
+}
+
+func TestSampleQuantile(t *testing.T) {
+	xs := make([]float64, 100)
+	for i := range xs {
+		xs[i] = float64(100 - i) // 100..1, unsorted
+	}
+	if got := sampleQuantile(0.5, xs); got != 50 {
+		t.Errorf("p50 = %v", got)
+	}
+	if got := sampleQuantile(0.99, xs); got != 99 {
+		t.Errorf("p99 = %v", got)
+	}
+	if xs[0] != 100 {
+		t.Error("input was sorted in place")
+	}
+	if !math.IsNaN(sampleQuantile(0.5, nil)) {
+		t.Error("empty: want NaN")
+	}
+}
+
+func TestPlotDecodes(t *testing.T) {
+	var buf bytes.Buffer
+	groups := []barGroup{
+		{Label: "produce", A: 50000, B: 48000, ALabel: "direct", BLabel: "proxy"},
+		{Label: "txn 1000", A: 9000, B: 0, ALabel: "alo", BLabel: "txn"},
+	}
+	if err := writePlot(&buf, "sharetx bench", groups); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	b := img.Bounds()
+	if b.Dx() < 300 || b.Dy() < 300 {
+		t.Fatalf("image is %v", b)
+	}
+	// Some pixel has the first bar's colour.
+	found := false
+	for y := b.Min.Y; y < b.Max.Y && !found; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if uint8(r>>8) == colA.R && uint8(g>>8) == colA.G && uint8(bl>>8) == colA.B {
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		t.Error("no bar drawn")
+	}
+	for r, g := range font3x5 {
+		rows := strings.Fields(g)
+		if len(rows) != 5 {
+			t.Errorf("glyph %q: %d rows", r, len(rows))
+		}
+		for _, row := range rows {
+			if len(row) != 3 {
+				t.Errorf("glyph %q: row %q", r, row)
+			}
+		}
+	}
+}
