@@ -76,7 +76,10 @@ func TestChaosShort(t *testing.T) {
 		Workers: 2,
 		Proxies: 2,
 		Faults:  []string{"none", "worker-kill", "proxy-kill"},
-		Timeout: 2 * time.Minute,
+		// Random aborts: the aborted records are redelivered and must
+		// not be accepted by the next poll.
+		AbortRate: 0.15,
+		Timeout:   2 * time.Minute,
 		// The third kill of worker-kill leaves a transaction for the
 		// broker to time out: keep that short.
 		TxnTimeout: 10 * time.Second,

@@ -33,7 +33,7 @@ type Options struct {
 	SharetxBin  string        // empty: go build ./cmd/sharetx
 	Lock        time.Duration // share.record.lock.duration.ms of every phase's group
 	TxnTimeout  time.Duration // the workers' transaction timeout
-	AbortRate   float64
+	AbortRate   float64       // fraction of transactions aborted on purpose (0: none; the command's default is 0.15)
 	MaxPoll     int
 	Seed        int64
 	KgoLog      string // the workers' kgo log level
