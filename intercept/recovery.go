@@ -276,6 +276,17 @@ func (e *KIP1289) screen(st *shareState, topic [16]byte, partition int32, recs [
 	held := map[[2]int64]*stagedCall{}
 	taken := 0
 	for _, ar := range recs {
+		overlaps := false
+		for _, r := range known {
+			if r.first <= ar.LastOffset && r.last >= ar.FirstOffset {
+				overlaps = true
+				break
+			}
+		}
+		if !overlaps { // the common case: nothing known in this range
+			kept = append(kept, ar)
+			continue
+		}
 		cur := kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{FirstOffset: -1, DeliveryCount: ar.DeliveryCount}
 		flush := func() {
 			if cur.FirstOffset >= 0 {
