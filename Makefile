@@ -65,3 +65,22 @@ CHAOS_FLAGS ?=
 chaos:
 	@seeds=$$(KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=3 e2e/kafka/kafka.sh up | tail -n 1) && echo "== chaos on real Kafka $(KAFKA_VERSION) x3: $$seeds" && \
 	go run ./e2e/chaos --seeds $$seeds --kafka-script e2e/kafka/kafka.sh $(CHAOS_FLAGS)
+
+# ---- deployment files and documentation (configs/k8s, configs/grafana, docs/)
+.PHONY: image docs deploy-check
+
+# Container image (Dockerfile: static binary on distroless/static, non-root).
+# Needs a container engine; none runs on the project's CI machine.
+IMAGE ?= ghcr.io/sharetx/sharetx:dev
+image:
+	docker build -t $(IMAGE) .
+
+# docs/configuration.md is generated from the configs package; a test fails
+# when it is out of date.
+docs:
+	go run ./configs/gendoc > docs/configuration.md.tmp && mv docs/configuration.md.tmp docs/configuration.md
+
+# Offline checks of the Kubernetes manifests, the Dockerfile's build, the
+# Grafana dashboard and the docs against the code (no Kafka needed).
+deploy-check:
+	go vet ./configs/... && go test -count=1 ./configs/...
