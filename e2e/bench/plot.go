@@ -46,13 +46,17 @@ func writePlot(w io.Writer, title string, groups []barGroup) error {
 	fill(img, img.Bounds(), color.RGBA{0xff, 0xff, 0xff, 0xff})
 	drawText(img, left, 12, title, 3, colText)
 	// legend
-	if len(groups) > 0 {
-		fill(img, image.Rect(left, 40, left+14, 54), colA)
-		drawText(img, left+20, 42, groups[0].ALabel+" / other: first bar", scale, colText)
-		x := left + 20 + textWidth(groups[0].ALabel+" / other: first bar", scale) + 30
-		fill(img, image.Rect(x, 40, x+14, 54), colB)
-		drawText(img, x+20, 42, groups[0].BLabel+" / other: second bar", scale, colText)
+	var la, lb []string
+	for _, g := range groups {
+		if len(la) == 0 || la[len(la)-1] != g.ALabel {
+			la, lb = append(la, g.ALabel), append(lb, g.BLabel)
+		}
 	}
+	fill(img, image.Rect(left, 40, left+14, 54), colA)
+	drawText(img, left+20, 42, strings.Join(la, ", "), scale, colText)
+	x := left + 20 + textWidth(strings.Join(la, ", "), scale) + 30
+	fill(img, image.Rect(x, 40, x+14, 54), colB)
+	drawText(img, x+20, 42, strings.Join(lb, ", "), scale, colText)
 	base := top + plotH
 	fill(img, image.Rect(left-5, base, width-left+5, base+1), colAxis)
 	for i, g := range groups {

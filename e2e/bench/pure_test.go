@@ -175,3 +175,18 @@ func TestPlotDecodes(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteJSONWithoutNaN(t *testing.T) {
+	r := &Results{ProxyCost: map[string]proxyCost{"x": {CPUSeconds: math.NaN()}},
+		Pipeline: []*pipelineResult{{Mode: "txn", TxnAckP99Ms: math.NaN()}}}
+	r.Goals = computeGoals(r) // nothing measured: every goal invalid
+	path := t.TempDir() + "/b.json"
+	if err := WriteJSON(path, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range r.Goals {
+		if g.Valid || !strings.Contains(g.Line(), "measured=n/a") {
+			t.Errorf("goal %s: %s", g.Name, g.Line())
+		}
+	}
+}

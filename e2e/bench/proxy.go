@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proxyProc is the sharetx process under test: a separate OS process in
+// front of the cluster, configured by flags and SHARETX_* variables.
+type proxyProc struct {
+	cmd       *exec.Cmd
+	bootstrap string // where clients connect
+	metrics   string // host:port of /metrics
+	logPath   string
+	done      chan struct{}
+	err       error
+}
+
+// buildSharetx builds ./cmd/sharetx once into dir.
+func buildSharetx(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "sharetx")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/sharetx/sharetx/cmd/sharetx")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build`
+	if root, err := moduleRoot(); err == nil {
+		cmd.Dir = root
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/sharetx: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/sharetx/sharetx\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the sharetx module")
+		}
+		dir = parent
+	}
+}
+
+// freePortBlock finds n consecutive free TCP ports on 127.0.0.1 below the
+// usual ephemeral range.
+func freePortBlock(n int) (int, error) {
+	rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for attempt := 0; attempt < 200; attempt++ {
+		base := 20000 + rnd.Intn(12000-n)
+		ok := true
+		for i := 0; i < n && ok; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			ln.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, errors.New("no block of free ports found")
+}
+
+// startProxy starts bin in front of seeds and waits for "sharetx: ready".
+// Port layout: base = bootstrap, base+1 = metrics, base+2+N = broker N.
+func startProxy(bin string, seeds []string, dir, logLevel string, timeout time.Duration) (*proxyProc, error) {
+	base, err := freePortBlock(16)
+	if err != nil {
+		return nil, err
+	}
+	pp := &proxyProc{
+		bootstrap: fmt.Sprintf("127.0.0.1:%d", base),
+		metrics:   fmt.Sprintf("127.0.0.1:%d", base+1),
+		logPath:   filepath.Join(dir, "sharetx.log"),
+		done:      make(chan struct{}),
+	}
+	lf, err := os.Create(pp.logPath)
+	if err != nil {
+		return nil, err
+	}
+	pp.cmd = exec.Command(bin, "--upstream", strings.Join(seeds, ","), "--bootstrap", pp.bootstrap, "--metrics", pp.metrics)
+	pp.cmd.Env = append(os.Environ(),
+		"SHARETX_LISTEN_ADVERTISED_HOST=127.0.0.1",
+		"SHARETX_LISTEN_BROKER_PORT_BASE="+strconv.Itoa(base+2),
+		"SHARETX_KIP1289_PROXY_ID=bench-"+strconv.Itoa(os.Getpid()),
+		"SHARETX_LOG_LEVEL="+logLevel,
+	)
+	pp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the bench
+	pp.cmd.Stderr = lf
+	stdout, err := pp.cmd.StdoutPipe()
+	if err != nil {
+		lf.Close()
+		return nil, err
+	}
+	if err := pp.cmd.Start(); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	ready := make(chan struct{})
+	var once sync.Once
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			fmt.Fprintln(lf, sc.Text())
+			if strings.HasPrefix(sc.Text(), "sharetx: ready") {
+				once.Do(func() { close(ready) })
+			}
+		}
+		io.Copy(lf, stdout)
+		pp.err = pp.cmd.Wait()
+		lf.Close()
+		close(pp.done)
+	}()
+	select {
+	case <-ready:
+		return pp, nil
+	case <-pp.done:
+		return nil, fmt.Errorf("sharetx exited during start-up: %v (see %s)", pp.err, pp.logPath)
+	case <-time.After(timeout):
+		pp.stop()
+		return nil, fmt.Errorf("sharetx not ready after %s (see %s)", timeout, pp.logPath)
+	}
+}
+
+func (pp *proxyProc) pid() int { return pp.cmd.Process.Pid }
+
+func (pp *proxyProc) alive() bool {
+	select {
+	case <-pp.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM (graceful shutdown) and, after 15 s, SIGKILL.
+func (pp *proxyProc) stop() {
+	pp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pp.done:
+	case <-time.After(15 * time.Second):
+		pp.cmd.Process.Kill()
+		<-pp.done
+	}
+}
+
+// scrape reads the proxy's /metrics.
+func (pp *proxyProc) scrape() (metrics, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + pp.metrics + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+// usage is the proxy's CPU time, memory and traffic at one moment.
+type usage struct {
+	at     time.Time
+	cpu    procCPU
+	mem    procMem
+	bytes  float64 // request + response bytes the proxy moved (its own counters)
+	scrape metrics
+}
+
+func (pp *proxyProc) usage() (usage, error) {
+	u := usage{at: time.Now()}
+	var err error
+	if u.cpu, err = readProcCPU(pp.pid()); err != nil {
+		return u, err
+	}
+	if u.mem, err = readProcMem(pp.pid()); err != nil {
+		return u, err
+	}
+	if u.scrape, err = pp.scrape(); err != nil {
+		return u, err
+	}
+	u.bytes = u.scrape.sum("sharetx_request_bytes_total") + u.scrape.sum("sharetx_response_bytes_total")
+	return u, nil
+}
+
+// proxyCost is what one proxied phase cost the proxy process.
+type proxyCost struct {
+	CPUSeconds   float64 `json:"cpu_seconds"`
+	BytesMoved   float64 `json:"bytes_moved"`
+	CPUSecPerGB  float64 `json:"cpu_seconds_per_gb"`
+	MillicoresMB float64 `json:"millicores_per_mb_s"`
+	RSSBytes     int64   `json:"rss_bytes_after"`
+	HWMBytes     int64   `json:"hwm_bytes_after"`
+}
+
+func costBetween(a, b usage) proxyCost {
+	c := proxyCost{CPUSeconds: b.cpu.Total() - a.cpu.Total(), BytesMoved: b.bytes - a.bytes, RSSBytes: b.mem.RSS, HWMBytes: b.mem.HWM}
+	if c.BytesMoved > 0 {
+		c.CPUSecPerGB = c.CPUSeconds / (c.BytesMoved / 1e9)
+		// millicores per MB/s = (cpu_s/elapsed·1000) / (MB/elapsed) = cpu_ms per MB
+		c.MillicoresMB = c.CPUSeconds * 1000 / (c.BytesMoved / 1e6)
+	}
+	return c
+}

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// sidePair is one measurement direct against through the proxy, every run
+// kept.
+type sidePair[T any] struct {
+	Direct []T `json:"direct"`
+	Proxy  []T `json:"proxy"`
+}
+
+// Results is everything one run measured (the JSON output).
+type Results struct {
+	Started   time.Time `json:"started"`
+	Seconds   float64   `json:"seconds"`
+	CPUs      int       `json:"cpus"`
+	GoVersion string    `json:"go_version"`
+	Options   Options   `json:"options"`
+	Bootstrap string    `json:"bootstrap_direct"`
+	ProxyAddr string    `json:"bootstrap_proxy"`
+
+	FranzProduce sidePair[throughput]       `json:"franz_produce"`
+	FranzLatency sidePair[latencyResult]    `json:"franz_produce_latency"`
+	FranzConsume sidePair[throughput]       `json:"franz_share_consume"`
+	JavaProduce  sidePair[javaProduce]      `json:"java_producer_performance"`
+	JavaConsume  sidePair[javaShareConsume] `json:"java_share_consumer_performance"`
+	// The proxy process over each proxied pass-through phase, and all of
+	// them together.
+	ProxyCost      map[string]proxyCost `json:"proxy_cost"`
+	ProxyCostTotal proxyCost            `json:"proxy_cost_pass_through"`
+	ProxyRSSStart  int64                `json:"proxy_rss_bytes_at_start"`
+	ProxyRSSEnd    int64                `json:"proxy_rss_bytes_at_end"`
+	ProxyHWM       int64                `json:"proxy_hwm_bytes_at_end"`
+
+	Pipeline []*pipelineResult `json:"pipeline"`
+	Paced    *pipelineResult   `json:"latency_pipeline"` // franz-go default share consumer settings, paced input
+	Staged   *stagedMemory     `json:"staged_memory"`
+
+	Goals  []goal   `json:"goals"`
+	Errors []string `json:"errors"`
+}
+
+// bench carries one run's state.
+type bench struct {
+	o      Options
+	res    *Results
+	t0     time.Time
+	direct string
+	proxy  *proxyProc
+	admin  *kgo.Client
+	adm    *kadm.Client
+	suffix string
+}
+
+func (b *bench) progress(format string, args ...any) {
+	fmt.Fprintf(b.o.Out, "[bench %6.1fs] %s\n", time.Since(b.t0).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) fail(what string, err error) {
+	b.progress("FAILED %s: %v", what, err)
+	b.res.Errors = append(b.res.Errors, fmt.Sprintf("%s: %v", what, err))
+}
+
+func (b *bench) topic(name string) string { return fmt.Sprintf("bench-%s-%s", name, b.suffix) }
+
+// Run runs every measurement; a failed one is recorded in Results.Errors
+// and the others still run where they can.
+func Run(ctx context.Context, o Options) *Results {
+	res := &Results{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, ProxyCost: map[string]proxyCost{}}
+	b := &bench{o: o, res: res, t0: time.Now(), suffix: fmt.Sprint(time.Now().Unix())}
+	defer func() {
+		res.Seconds = time.Since(b.t0).Seconds()
+		res.Goals = computeGoals(res)
+	}()
+	if err := b.setup(ctx); err != nil {
+		b.fail("setup", err)
+		return res
+	}
+	defer b.teardown()
+
+	b.passThrough(ctx)
+	b.sumPassThrough()
+	if ctx.Err() == nil {
+		b.pipelines(ctx)
+	}
+	if ctx.Err() == nil {
+		b.pacedLatency(ctx)
+	}
+	if ctx.Err() == nil {
+		b.stagedMemory(ctx)
+	}
+	if u, err := b.proxy.usage(); err == nil {
+		res.ProxyRSSEnd, res.ProxyHWM = u.mem.RSS, u.mem.HWM
+	}
+	if !b.proxy.alive() {
+		b.fail("proxy", fmt.Errorf("the sharetx process exited during the run: %v (see %s)", b.proxy.err, b.proxy.logPath))
+	}
+	return res
+}
+
+func (b *bench) setup(ctx context.Context) error {
+	o := b.o
+	if len(o.Seeds) == 0 {
+		b.progress("starting (or reusing) Kafka with %s up", o.KafkaScript)
+		seeds, err := kafkaUp(ctx, o.KafkaScript)
+		if err != nil {
+			return err
+		}
+		b.o.Seeds, b.res.Options.Seeds = seeds, seeds
+	}
+	b.direct = b.o.Seeds[0]
+	b.res.Bootstrap = b.direct
+	dir := o.WorkDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "sharetx-bench-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b.res.Options.WorkDir = dir
+	bin := o.SharetxBin
+	if bin == "" {
+		b.progress("building ./cmd/sharetx into %s", dir)
+		var err error
+		if bin, err = buildSharetx(ctx, dir); err != nil {
+			return err
+		}
+	}
+	var err error
+	b.admin, err = newClient(b.direct)
+	if err != nil {
+		return err
+	}
+	b.adm = kadm.NewClient(b.admin)
+	b.progress("starting sharetx --upstream %s (log %s)", b.direct, dir+"/sharetx.log")
+	if b.proxy, err = startProxy(bin, b.o.Seeds, dir, o.ProxyLog, time.Minute); err != nil {
+		return err
+	}
+	b.res.ProxyAddr = b.proxy.bootstrap
+	u, err := b.proxy.usage()
+	if err != nil {
+		return fmt.Errorf("reading the proxy's /proc and /metrics: %w", err)
+	}
+	b.res.ProxyRSSStart = u.mem.RSS
+	b.progress("sharetx pid %d ready: clients at %s, metrics at %s, RSS %.1f MiB", b.proxy.pid(), b.proxy.bootstrap, b.proxy.metrics, float64(u.mem.RSS)/(1<<20))
+	return nil
+}
+
+func (b *bench) teardown() {
+	if b.proxy != nil {
+		b.proxy.stop()
+	}
+	if b.admin != nil {
+		b.admin.Close()
+	}
+}
+
+// proxied runs fn through the proxy and charges the proxy's CPU and traffic
+// over it to phase.
+func (b *bench) proxied(phase string, fn func() error) error {
+	before, err := b.proxy.usage()
+	if err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	after, err := b.proxy.usage()
+	if err != nil {
+		return err
+	}
+	c := costBetween(before, after)
+	prev, ok := b.res.ProxyCost[phase]
+	if ok { // repeated runs of a phase add up
+		c = proxyCost{CPUSeconds: prev.CPUSeconds + c.CPUSeconds, BytesMoved: prev.BytesMoved + c.BytesMoved, RSSBytes: c.RSSBytes, HWMBytes: c.HWMBytes}
+		if c.BytesMoved > 0 {
+			c.CPUSecPerGB = c.CPUSeconds / (c.BytesMoved / 1e9)
+			c.MillicoresMB = c.CPUSeconds * 1000 / (c.BytesMoved / 1e6)
+		}
+	}
+	b.res.ProxyCost[phase] = c
+	return nil
+}
+
+// sides runs direct and proxied alternately, repeat times each, switching
+// which goes first every round so neither always runs on a warmer broker.
+func sides[T any](b *bench, name string, pair *sidePair[T], run func(bs string, side string, round int) (T, error)) {
+	for round := 0; round < b.o.Repeat; round++ {
+		order := []string{"direct", "proxy"}
+		if round%2 == 1 {
+			order = []string{"proxy", "direct"}
+		}
+		for _, side := range order {
+			var r T
+			var err error
+			if side == "direct" {
+				r, err = run(b.direct, side, round)
+			} else {
+				err = b.proxied(name, func() error {
+					var e error
+					r, e = run(b.proxy.bootstrap, side, round)
+					return e
+				})
+			}
+			if err != nil {
+				b.fail(fmt.Sprintf("%s %s round %d", name, side, round+1), err)
+				return
+			}
+			if side == "direct" {
+				pair.Direct = append(pair.Direct, r)
+			} else {
+				pair.Proxy = append(pair.Proxy, r)
+			}
+			b.progress("%s %s round %d: %s", name, side, round+1, summarize(r))
+		}
+	}
+}
+
+func summarize(v any) string {
+	switch r := v.(type) {
+	case throughput:
+		return fmt.Sprintf("%d records in %.2fs: %.0f records/s, %.1f MB/s", r.Records, r.Seconds, r.RecordsSec, r.MBSec)
+	case latencyResult:
+		return fmt.Sprintf("%d records at %d/s: p50 %.2f ms, p99 %.2f ms, max %.2f ms", r.Records, r.Rate, r.P50Ms, r.P99Ms, r.MaxMs)
+	case javaProduce:
+		return fmt.Sprintf("%d records: %.0f records/s, %.1f MiB/s, p50 %.0f ms, p99 %.0f ms (wall %.1fs)", r.Records, r.RecordsSec, r.MiBSec, r.P50Ms, r.P99Ms, r.WallSeconds)
+	case javaShareConsume:
+		return fmt.Sprintf("%d records: %.0f records/s, %.1f MiB/s (wall %.1fs)", r.Records, r.RecordsSec, r.MiBSec, r.WallSeconds)
+	}
+	return fmt.Sprint(v)
+}
+
+func (b *bench) passThrough(ctx context.Context) {
+	o := b.o
+	tput := b.topic("tput")
+	lat := b.topic("latency")
+	jtopic := b.topic("java")
+	for _, t := range []string{tput, lat, jtopic, b.topic("warm-up")} {
+		if err := createTopic(ctx, b.adm, t, int32(o.Partitions)); err != nil {
+			b.fail("create topics", err)
+			return
+		}
+	}
+	// Warm-up, not measured: the broker's JIT, page cache and log segments.
+	warm := min(o.Records, 20000)
+	b.progress("warm-up: %d records directly and %d through the proxy (not measured)", warm, warm/4)
+	if _, err := franzProduce(ctx, b.direct, b.topic("warm-up"), warm, o.RecordSize); err != nil {
+		b.fail("warm-up", err)
+	}
+	if _, err := franzProduce(ctx, b.proxy.bootstrap, b.topic("warm-up"), warm/4, o.RecordSize); err != nil {
+		b.fail("warm-up", err)
+	}
+	b.progress("franz-go produce: %d records of %d B, direct vs proxy, %d round(s)", o.Records, o.RecordSize, o.Repeat)
+	sides(b, "franz_produce", &b.res.FranzProduce, func(bs, _ string, _ int) (throughput, error) {
+		return franzProduce(ctx, bs, tput, o.Records, o.RecordSize)
+	})
+	b.progress("franz-go produce latency at %d records/s for %s", o.LatencyRate, o.LatencyDur)
+	sides(b, "franz_latency", &b.res.FranzLatency, func(bs, _ string, _ int) (latencyResult, error) {
+		return franzProduceLatency(ctx, bs, lat, o.LatencyRate, o.RecordSize, o.LatencyDur)
+	})
+	b.progress("franz-go share consume: %d records from %s, a new share group per run", o.Records, tput)
+	sides(b, "franz_consume", &b.res.FranzConsume, func(bs, side string, round int) (throughput, error) {
+		g := fmt.Sprintf("bench-consume-%s-%s-%d", b.suffix, side, round)
+		if err := shareFromEarliest(ctx, b.admin, g); err != nil {
+			return throughput{}, err
+		}
+		return franzShareConsume(ctx, bs, tput, g, o.Records)
+	})
+	if o.SkipJava {
+		return
+	}
+	b.progress("Java ProducerPerformance: %d records of %d B", o.JavaRecords, o.RecordSize)
+	sides(b, "java_produce", &b.res.JavaProduce, func(bs, _ string, _ int) (javaProduce, error) {
+		return javaProducerPerf(ctx, o.KafkaScript, bs, jtopic, o.JavaRecords, o.RecordSize)
+	})
+	b.progress("Java ShareConsumerPerformance: %d records from %s", o.JavaRecords, jtopic)
+	sides(b, "java_consume", &b.res.JavaConsume, func(bs, side string, round int) (javaShareConsume, error) {
+		g := fmt.Sprintf("bench-java-%s-%s-%d", b.suffix, side, round)
+		if err := shareFromEarliest(ctx, b.admin, g); err != nil {
+			return javaShareConsume{}, err
+		}
+		return javaShareConsumerPerf(ctx, o.KafkaScript, bs, jtopic, g, o.JavaRecords)
+	})
+}
+
+func (b *bench) pipelines(ctx context.Context) {
+	o := b.o
+	in, out := b.topic("pipe-in"), b.topic("pipe-out")
+	for _, t := range []string{in, out} {
+		if err := createTopic(ctx, b.adm, t, int32(o.Partitions)); err != nil {
+			b.fail("create pipeline topics", err)
+			return
+		}
+	}
+	b.progress("pipeline input: %d records of %d B into %s", o.PipelineRecords, o.RecordSize, in)
+	if _, err := franzProduce(ctx, b.direct, in, o.PipelineRecords, o.RecordSize); err != nil {
+		b.fail("pipeline input", err)
+		return
+	}
+	for _, batch := range o.Batches {
+		for _, mode := range []string{"alo", "kafka-txn", "kafka-txn-direct", "txn"} {
+			txn := mode == "txn"
+			g := fmt.Sprintf("bench-pipe-%s-%s-%d", b.suffix, mode, batch)
+			if err := shareFromEarliest(ctx, b.admin, g); err != nil {
+				b.fail("pipeline group", err)
+				return
+			}
+			before, err := b.proxy.scrape()
+			if err != nil {
+				b.fail("scrape", err)
+				return
+			}
+			bs := b.proxy.bootstrap
+			if mode == "kafka-txn-direct" {
+				bs = b.direct
+			}
+			r, err := runPipeline(ctx, pipelineOpts{bs: bs, in: in, out: out, group: g, txn: txn,
+				kafkaTxnOnly: strings.HasPrefix(mode, "kafka-txn"), batch: batch, target: int64(o.PipelineRecords), maxDur: o.PipelineDur})
+			if err != nil {
+				b.fail(fmt.Sprintf("pipeline %s batch %d", mode, batch), err)
+				continue
+			}
+			if txn {
+				b.commitApplied(before, r)
+			}
+			r.Mode = mode
+			b.res.Pipeline = append(b.res.Pipeline, r)
+			b.progress("pipeline %s batch %d: %d records in %.1fs = %.0f records/s (%.0f per poll, %d aborts; p50 ms: produce %.2f, TxnShareAck %.2f, EndTxn %.2f)%s",
+				mode, batch, r.Records, r.Seconds, r.RecordsSec, r.AvgBatch, r.Aborts, r.ProduceP50Ms, r.TxnAckP50Ms, r.EndTxnP50Ms, txnDetail(r))
+		}
+	}
+}
+
+func txnDetail(r *pipelineResult) string {
+	if r.Mode != "txn" {
+		return ""
+	}
+	return fmt.Sprintf("; TxnShareAcknowledge p50 %.2f ms p99 %.2f ms; commit→applied p50 %.2f ms p99 %.2f ms (n=%.0f)",
+		r.TxnAckP50Ms, r.TxnAckP99Ms, r.CommitAppliedP50Ms, r.CommitAppliedP99Ms, r.CommitAppliedN)
+}
+
+// commitApplied waits briefly for the last applications, then takes the
+// commit→applied histogram's bucket deltas since before.
+func (b *bench) commitApplied(before metrics, r *pipelineResult) {
+	const h = "sharetx_commit_to_applied_seconds"
+	var after metrics
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if after, err = b.proxy.scrape(); err != nil {
+			b.fail("scrape", err)
+			return
+		}
+		if after["sharetx_tx_pending_records"] == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d := deltaBuckets(before.histogram(h), after.histogram(h))
+	if len(d) > 0 {
+		r.CommitAppliedN = d[len(d)-1].Count
+	}
+	r.CommitAppliedP50Ms = bucketQuantile(0.5, d) * 1000
+	r.CommitAppliedP99Ms = bucketQuantile(0.99, d) * 1000
+}
+
+// pacedLatency feeds a fresh input topic at a moderate rate (directly), so
+// that the transactional pipeline through the proxy is caught up and its
+// share consumer (franz-go's defaults) keeps a long-poll ShareFetch in
+// flight, then measures TxnShareAcknowledge and commit→applied.
+func (b *bench) pacedLatency(ctx context.Context) {
+	o := b.o
+	in, out := b.topic("paced-in"), b.topic("paced-out")
+	for _, t := range []string{in, out} {
+		if err := createTopic(ctx, b.adm, t, int32(o.Partitions)); err != nil {
+			b.fail("create latency topics", err)
+			return
+		}
+	}
+	g := fmt.Sprintf("bench-paced-%s", b.suffix)
+	if err := shareFromEarliest(ctx, b.admin, g); err != nil {
+		b.fail("latency group", err)
+		return
+	}
+	before, err := b.proxy.scrape()
+	if err != nil {
+		b.fail("scrape", err)
+		return
+	}
+	b.progress("latency pipeline: %d records/s for %s, txn batches of <= 100, franz-go default share consumer settings", o.PacedRate, o.PacedDur)
+	fed := make(chan error, 1)
+	go func() {
+		_, err := franzProduceLatency(ctx, b.direct, in, o.PacedRate, o.RecordSize, o.PacedDur)
+		fed <- err
+	}()
+	total := int64(float64(o.PacedRate) * o.PacedDur.Seconds())
+	r, err := runPipeline(ctx, pipelineOpts{bs: b.proxy.bootstrap, in: in, out: out, group: g, txn: true, batch: 100,
+		target: total, maxDur: o.PacedDur + 15*time.Second, defaults: true})
+	if ferr := <-fed; ferr != nil {
+		b.fail("latency pipeline input", ferr)
+	}
+	if err != nil {
+		b.fail("latency pipeline", err)
+		return
+	}
+	b.commitApplied(before, r)
+	b.res.Paced = r
+	b.progress("latency pipeline: %d records in %d transactions (%.1f per transaction)%s", r.Records, r.Transactions, r.AvgBatch, txnDetail(r))
+}
+
+// sumPassThrough totals the proxy's cost over the throughput phases.
+func (b *bench) sumPassThrough() {
+	// The goal is about throughput: the fixed-rate latency phase (1 MB/s,
+	// dominated by per-request costs) is shown but not counted.
+	var total proxyCost
+	for name, c := range b.res.ProxyCost {
+		if name == "franz_latency" {
+			continue
+		}
+		total.CPUSeconds += c.CPUSeconds
+		total.BytesMoved += c.BytesMoved
+	}
+	if total.BytesMoved > 0 {
+		total.CPUSecPerGB = total.CPUSeconds / (total.BytesMoved / 1e9)
+		total.MillicoresMB = total.CPUSeconds * 1000 / (total.BytesMoved / 1e6)
+	}
+	b.res.ProxyCostTotal = total
+}
