@@ -571,7 +571,7 @@ func check(m *manifests, f *facts) []error {
 						fail("%s: %s: for %q: %v", o.file, r.Alert, r.For, err)
 					}
 				}
-				errs = append(errs, checkExpr(o.file+": "+r.Alert, r.Expr, f.metrics)...)
+				errs = append(errs, codefacts.CheckPromQL(o.file+": "+r.Alert, r.Expr, f.metrics)...)
 			}
 		}
 		if n == 0 {
@@ -889,63 +889,6 @@ func containerEnv(c *container, cms map[string]*configMap, f *facts) ([]string, 
 		env = append(env, e.Name+"="+val)
 	}
 	return env, errs
-}
-
-// targetLabels are labels Prometheus attaches to every series it scrapes
-// from a pod (the Prometheus Operator's PodMonitor relabelling).
-var targetLabels = map[string]bool{"job": true, "instance": true, "pod": true, "namespace": true, "container": true, "endpoint": true, "service": true}
-
-var (
-	selectorRe = regexp.MustCompile(`(sharetx_[a-z0-9_]*[a-z0-9])\{([^}]*)\}`)
-	matcherRe  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)`)
-	byRe       = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
-)
-
-// checkExpr checks a PromQL expression's sharetx series exist, with the
-// labels it selects and groups by.
-func checkExpr(where, expr string, metrics map[string]codefacts.Metric) []error {
-	var errs []error
-	if strings.Count(expr, "(") != strings.Count(expr, ")") || strings.Count(expr, "{") != strings.Count(expr, "}") {
-		errs = append(errs, fmt.Errorf("%s: unbalanced brackets in %q", where, expr))
-	}
-	refs := codefacts.SeriesRefs(expr)
-	labels := map[string]bool{"le": true}
-	for k := range targetLabels {
-		labels[k] = true
-	}
-	for _, r := range refs {
-		m, ok := codefacts.Resolve(metrics, r)
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: series %s is not registered by the code", where, r))
-			continue
-		}
-		if m.Type == "counter" && !regexp.MustCompile(`(rate|increase)\(\s*`+r+`\b`).MatchString(expr) {
-			errs = append(errs, fmt.Errorf("%s: counter %s used without rate() or increase()", where, r))
-		}
-		for _, l := range m.Labels {
-			labels[l] = true
-		}
-	}
-	for _, sm := range selectorRe.FindAllStringSubmatch(expr, -1) {
-		m, _ := codefacts.Resolve(metrics, sm[1])
-		own := map[string]bool{"le": m.Type == "histogram"}
-		for _, l := range m.Labels {
-			own[l] = true
-		}
-		for _, mm := range matcherRe.FindAllStringSubmatch(sm[2], -1) {
-			if !own[mm[1]] && !targetLabels[mm[1]] {
-				errs = append(errs, fmt.Errorf("%s: %s has no label %s (it has %v)", where, sm[1], mm[1], m.Labels))
-			}
-		}
-	}
-	for _, bm := range byRe.FindAllStringSubmatch(expr, -1) {
-		for _, l := range strings.Split(bm[1], ",") {
-			if l = strings.TrimSpace(l); l != "" && !labels[l] {
-				errs = append(errs, fmt.Errorf("%s: groups by %s, a label none of its series has", where, l))
-			}
-		}
-	}
-	return errs
 }
 
 // ---------------------------------------------------------------- helpers

@@ -109,3 +109,41 @@ func TestFlagsPathsTestsTargets(t *testing.T) {
 		t.Error(".PHONY taken for a target")
 	}
 }
+
+func TestCheckPromQL(t *testing.T) {
+	ms := map[string]Metric{
+		"sharetx_c_total": {Name: "sharetx_c_total", Type: "counter", Labels: []string{"result"}},
+		"sharetx_h":       {Name: "sharetx_h", Type: "histogram"},
+		"sharetx_g":       {Name: "sharetx_g", Type: "gauge"},
+	}
+	good := []string{
+		`sum by (result) (rate(sharetx_c_total{pod=~"$pod", result!="ok"}[5m]))`,
+		`histogram_quantile(0.99, sum by (le, pod) (rate(sharetx_h_bucket[5m])))`,
+		`sharetx_g > 3`,
+		`up{container="sharetx"} == 0`,
+	}
+	for _, e := range good {
+		if errs := CheckPromQL("good", e, ms); len(errs) > 0 {
+			t.Errorf("%s: %v", e, errs)
+		}
+	}
+	bad := map[string]string{
+		`sharetx_c_total > 0`:                       "without rate()",
+		`rate(sharetx_x_total[5m])`:                 "not registered",
+		`rate(sharetx_c_total{outcome="x"}[5m])`:    "no label outcome",
+		`sum by (kind) (rate(sharetx_c_total[5m]))`: "groups by kind",
+		`sharetx_h > 1`:                             "use _bucket",
+		`sum(rate(sharetx_c_total[5m])`:             "unbalanced",
+		`sum by (le) (sharetx_g)`:                   "groups by le",
+	}
+	for e, want := range bad {
+		errs := CheckPromQL("bad", e, ms)
+		found := false
+		for _, err := range errs {
+			found = found || strings.Contains(err.Error(), want)
+		}
+		if !found {
+			t.Errorf("%s: want an error with %q, got %v", e, want, errs)
+		}
+	}
+}
