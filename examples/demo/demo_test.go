@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary be the worker too: the demo re-executes its
+// own binary as `<binary> worker ...` with DEMO_ROLE=worker.
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) == "worker" && len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(workerMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// lineLog forwards the demo's progress lines to t.Log.
+type lineLog struct {
+	mu  sync.Mutex
+	t   *testing.T
+	buf bytes.Buffer
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		line, err := l.buf.ReadString('\n')
+		if err != nil {
+			l.buf.WriteString(line)
+			return len(p), nil
+		}
+		l.t.Log(strings.TrimSuffix(line, "\n"))
+	}
+}
+
+// TestDemoShort runs a short demo (600 records, both modes, 5 kill -9 each,
+// no real Kafka: sharetx's embedded cluster): the exactly-once mode must
+// deliver every input exactly once and leave its share group drained; the
+// at-least-once mode must have run the same crashes (its duplicates depend
+// on timing, so they are only printed).
+func TestDemoShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds sharetx and runs worker processes for about a minute")
+	}
+	o := defaultOptions()
+	o.Records = 600
+	o.Crashes = 5
+	o.RecordTime = 50 * time.Millisecond
+	o.Modes = []string{modeEOS, modeALO}
+	o.Seed = 7
+	o.Timeout = time.Minute
+	o.Quiet = 3 * time.Second
+	o.Out = &lineLog{t: t}
+	dir, err := os.MkdirTemp("", "sharetx-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.WorkDir = dir
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	results, _, err := Run(ctx, o)
+	var sum bytes.Buffer
+	WriteSummary(&sum, results)
+	t.Logf("summary (%.0fs):\n%s", time.Since(start).Seconds(), sum.String())
+	if err != nil {
+		t.Fatalf("demo: %v (logs in %s)", err, dir)
+	}
+	if len(results) != 2 {
+		t.Fatalf("%d results, want 2 (logs in %s)", len(results), dir)
+	}
+	eos, alo := results[0], results[1]
+	if eos.Duplicates != 0 || eos.Lost != 0 || eos.Unexpected != 0 || eos.Out != o.Records {
+		t.Errorf("exactly-once: out %d, duplicates %d (%v), lost %d (%v), unexpected %d; want every one of %d inputs once",
+			eos.Out, eos.Duplicates, eos.DupIDs, eos.Lost, eos.LostIDs, eos.Unexpected, o.Records)
+	}
+	if !eos.Drained() {
+		t.Errorf("exactly-once: the share group is not drained: a fresh member got %d records, lag %d", eos.Leftover, eos.Lag)
+	}
+	if eos.TxnCommitted == 0 {
+		t.Error("exactly-once: no transaction committed")
+	}
+	for _, r := range results {
+		if len(r.Errors) > 0 {
+			t.Errorf("%s: %v", r.Mode, r.Errors)
+		}
+		if r.Crashes != o.Crashes {
+			t.Errorf("%s: %d crashes injected, want %d", r.Mode, r.Crashes, o.Crashes)
+		}
+	}
+	if alo.Lost != 0 {
+		t.Errorf("at-least-once lost %d inputs: %v", alo.Lost, alo.LostIDs)
+	}
+	t.Logf("at-least-once under the same %d crashes: %d duplicates (%d of its crashes after producing, before acknowledging)",
+		alo.Crashes, alo.Duplicates, alo.CrashKinds[crashProduced])
+	if t.Failed() {
+		t.Logf("logs kept in %s", dir)
+		return
+	}
+	os.RemoveAll(dir)
+}
