@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo
+.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo bench
 
 run:
 	go run ./cmd/sharetx
@@ -84,6 +84,20 @@ docs:
 # Grafana dashboard and the docs against the code (no Kafka needed).
 deploy-check:
 	go vet ./configs/... && go test -count=1 ./configs/...
+
+# Benchmarks (e2e/bench): starts (or reuses) a one-node cluster, builds
+# cmd/sharetx and runs it as a separate process in front of it, and measures
+# side by side: pass-through direct vs proxy (franz-go, ProducerPerformance,
+# ShareConsumerPerformance), the proxy's CPU per MB and RSS, transactional vs
+# at-least-once pipelines, TxnShareAcknowledge and commit→applied latency.
+# Prints a table and GOAL lines (reported, never asserted), writes
+# bench-results/bench.json and bench.png. About 8 minutes on 2 cores. More
+# flags: BENCH_FLAGS='--records 20000 --repeat 1 --skip-java'. It registers a
+# one-node cluster in KAFKA_E2E_DIR (a three-node one there is stopped first);
+# KAFKA_E2E_DIR/KAFKA_BASE_PORT pass through.
+BENCH_FLAGS ?=
+bench:
+	@KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=1 go run ./e2e/bench --kafka-script e2e/kafka/kafka.sh $(BENCH_FLAGS)
 
 # The demo (examples/demo): builds cmd/sharetx, starts it with its embedded
 # cluster (fresh temporary data dir, free ports) and runs a consume-transform-

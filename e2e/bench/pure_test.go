@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestParseStat(t *testing.T) {
@@ -188,5 +190,14 @@ func TestWriteJSONWithoutNaN(t *testing.T) {
 		if g.Valid || !strings.Contains(g.Line(), "measured=n/a") {
 			t.Errorf("goal %s: %s", g.Name, g.Line())
 		}
+	}
+}
+
+func TestCountRanges(t *testing.T) {
+	rec := func(p int32, off int64) *kgo.Record { return &kgo.Record{Topic: "t", Partition: p, Offset: off} }
+	recs := []*kgo.Record{rec(0, 5), rec(0, 3), rec(0, 4), rec(1, 10), rec(0, 7), rec(1, 11), rec(2, 0)}
+	// partition 0: 3-5, 7; partition 1: 10-11; partition 2: 0
+	if got := countRanges(recs); got != 4 {
+		t.Fatalf("countRanges = %d, want 4", got)
 	}
 }

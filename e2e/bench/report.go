@@ -238,11 +238,7 @@ func WriteTable(w io.Writer, r *Results) {
 	if s := r.Staged; s != nil {
 		fmt.Fprintf(w, "staged memory: %d TxnShareAcknowledge calls, %.0f records pending, RSS %.1f → %.1f MiB", s.Calls, s.PendingRecords,
 			float64(s.RSSBefore)/(1<<20), float64(s.RSSStaged)/(1<<20))
-		if s.Meaningful {
-			fmt.Fprintf(w, ": %.0f B per pending record, %.0f B per call (%s)\n", s.BytesPerRecord, s.BytesPerCall, s.Note)
-		} else {
-			fmt.Fprintf(w, " — %s\n", s.Note)
-		}
+		fmt.Fprintf(w, " — %s\n", s.Note)
 	}
 	fmt.Fprintln(w, "\nnote: a shared 2-core machine (broker, proxy, clients and other work on the same cores): expect run-to-run noise of 10-30%.")
 }
