@@ -146,18 +146,20 @@ func WriteSummary(w io.Writer, results []Result) {
 	row("records out (read_committed)", num(func(r *Result) int { return r.Out }))
 	row("duplicates", num(func(r *Result) int { return r.Duplicates }))
 	row("lost", num(func(r *Result) int { return r.Lost }))
+	row("crashes injected (kill -9)", num(func(r *Result) int { return r.Crashes }))
+	row("  after producing, before commit/ack", num(func(r *Result) int { return r.CrashKinds[crashProduced] }))
+	row("  right after commit/ack", num(func(r *Result) int { return r.CrashKinds[crashCommitted] }))
+	row("  at a random moment", num(func(r *Result) int { return r.CrashKinds[crashRandom] }))
+	row("outputs produced by killed workers before commit/ack", num(func(r *Result) int { return r.KilledProduced }))
 	row("transactions committed", eos(func(r *Result) int { return r.TxnCommitted }))
-	row("transactions aborted", eos(func(r *Result) int { return r.TxnAborted }))
+	row("transactions aborted (random aborts)", eos(func(r *Result) int { return r.TxnAborted }))
+	row("transactions left open by kill -9 (aborted)", eos(func(r *Result) int { return r.KilledOpenTxns }))
 	row("batches acknowledged", func(r *Result) string {
 		if r.Mode == modeEOS {
 			return "-"
 		}
 		return fmt.Sprint(r.AckBatches)
 	})
-	row("crashes injected (kill -9)", num(func(r *Result) int { return r.Crashes }))
-	row("  after producing, before commit/ack", num(func(r *Result) int { return r.CrashKinds[crashProduced] }))
-	row("  right after commit/ack", num(func(r *Result) int { return r.CrashKinds[crashCommitted] }))
-	row("  at a random moment", num(func(r *Result) int { return r.CrashKinds[crashRandom] }))
 	row("share group acknowledged all input", func(r *Result) string {
 		if r.Drained() {
 			return "yes"
@@ -203,6 +205,12 @@ func WriteSummary(w io.Writer, results []Result) {
 		}
 		fmt.Fprintln(w)
 	}
+	fmt.Fprintln(w, `
+Outputs produced by a worker killed before its commit/ack: at-least-once, their
+inputs were never acknowledged, so they were redelivered and processed again:
+duplicates. Exactly-once, they belong to a transaction that never committed
+(read_committed never shows them) and the inputs' acknowledgements were bound
+to it, so the inputs were redelivered and their outputs committed once.`)
 	for _, r := range results {
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "  %s: %s\n", r.Mode, e)

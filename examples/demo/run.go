@@ -93,16 +93,22 @@ type Result struct {
 	Unexpected   int // output records that are no input
 	TxnCommitted int // exactly-once: as reported by the workers
 	TxnAborted   int
-	AckBatches   int            // at-least-once: polls acknowledged
-	Crashes      int            // kill -9 injected
-	CrashKinds   map[string]int // by where the worker was when killed
-	Leftover     int            // records a fresh member of the share group was handed afterwards
-	Lag          int64          // the share group's lag afterwards (-1: unknown)
-	Seconds      float64
-	Errors       []string
-	DupIDs       []string
-	LostIDs      []string
-	LogDir       string
+	AckBatches   int // at-least-once: polls acknowledged
+	Crashes      int // kill -9 injected
+	// KilledOpenTxns: exactly-once, transactions open when their worker was
+	// killed (aborted when the restart fenced them).
+	KilledOpenTxns int
+	// KilledProduced: outputs produced by workers killed before committing
+	// or acknowledging their inputs.
+	KilledProduced int
+	CrashKinds     map[string]int // by where the worker was when killed
+	Leftover       int            // records a fresh member of the share group was handed afterwards
+	Lag            int64          // the share group's lag afterwards (-1: unknown)
+	Seconds        float64
+	Errors         []string
+	DupIDs         []string
+	LostIDs        []string
+	LogDir         string
 }
 
 // Drained: the share group acknowledged every input.
@@ -241,6 +247,10 @@ type slot struct {
 	killed      bool
 	doneN, curN [3]int // commits, aborts, batches: of exited incarnations, of the current one
 	starts      int
+	// The current incarnation's batch: a transaction open (TXN begin), its
+	// outputs produced (PRODUCED n=), not yet committed/acknowledged.
+	openTxn  bool
+	produced int
 }
 
 func (s *slot) counts() (commits, aborts, batches int) {
@@ -414,6 +424,7 @@ func (m *modeRun) startWorker(s *slot) error {
 	s.mu.Lock()
 	s.starts++
 	s.killed = false
+	s.openTxn, s.produced = false, 0
 	s.curN = [3]int{}
 	s.cfg.seed = m.d.rng.Int63()
 	s.mu.Unlock()
@@ -461,6 +472,15 @@ func (m *modeRun) onWorkerLine(s *slot, line string, ready func()) {
 	switch {
 	case line == "READY":
 		ready()
+	case line == "TXN begin":
+		s.mu.Lock()
+		s.openTxn = true
+		s.mu.Unlock()
+	case strings.HasPrefix(line, "PRODUCED "):
+		n, _ := strconv.Atoi(fields(line)["n"])
+		s.mu.Lock()
+		s.produced = n
+		s.mu.Unlock()
 	case strings.HasPrefix(line, "TXN ") || strings.HasPrefix(line, "ACK "):
 		kv := fields(line)
 		c, _ := strconv.Atoi(kv["commits"])
@@ -468,6 +488,7 @@ func (m *modeRun) onWorkerLine(s *slot, line string, ready func()) {
 		b, _ := strconv.Atoi(kv["batches"])
 		s.mu.Lock()
 		s.curN = [3]int{c, a, b}
+		s.openTxn, s.produced = false, 0
 		s.mu.Unlock()
 	case strings.HasPrefix(line, "AT "):
 		select {
@@ -539,10 +560,17 @@ func (m *modeRun) crash(i int, c crash) {
 	s.killed = true
 	s.mu.Unlock()
 	pid := s.cur.pid()
-	s.cur.kill9()
+	s.cur.kill9() // returns once its output is read: the state below is final
+	s.mu.Lock()
+	openTxn, produced := s.openTxn, s.produced
+	s.mu.Unlock()
 	m.mu.Lock()
 	m.crashes++
 	m.res.CrashKinds[kind]++
+	if openTxn {
+		m.res.KilledOpenTxns++
+	}
+	m.res.KilledProduced += produced
 	m.mu.Unlock()
 	if err := m.startWorker(s); err != nil {
 		m.fail("restart worker %d: %v", s.idx, err)

@@ -16,6 +16,8 @@ package main
 // It talks to the demo through lines:
 //
 //	stdout  READY
+//	        TXN begin
+//	        PRODUCED n=<records>  outputs produced (exactly-once: in the open transaction)
 //	        TXN commit n=<records> commits=<c> aborts=<a>
 //	        TXN abort n=<records> commits=<c> aborts=<a> reason=<why>
 //	        ACK n=<records> batches=<b>
@@ -287,15 +289,21 @@ func (w *worker) transact(recs []*kgo.Record) {
 			return
 		}
 	}
+	w.say("TXN begin")
 	acks := client.NewShareAcknowledgements()
 	for _, r := range recs {
 		acks.Add(r, client.Accept)
 	}
-	var err error
-	if perr := w.producer.ProduceSync(ctx, outputs(recs)...).FirstErr(); perr != nil {
-		err = fmt.Errorf("produce: %w", perr)
-	} else if serr := client.SendShareAcknowledgementsToTransaction(ctx, w.producer, acks, w.md); serr != nil {
-		err = fmt.Errorf("TxnShareAcknowledge: %w", serr)
+	err := w.producer.ProduceSync(ctx, outputs(recs)...).FirstErr()
+	if err != nil {
+		err = fmt.Errorf("produce: %w", err)
+	} else {
+		w.say("PRODUCED n=%d", len(recs))
+		// The inputs' ACCEPT, bound to the transaction: applied if and
+		// only if it commits.
+		if err = client.SendShareAcknowledgementsToTransaction(ctx, w.producer, acks, w.md); err != nil {
+			err = fmt.Errorf("TxnShareAcknowledge: %w", err)
+		}
 	}
 	if err == nil {
 		w.point("produced")
@@ -338,6 +346,7 @@ func (w *worker) produceThenAck(recs []*kgo.Record) {
 		}
 		return
 	}
+	w.say("PRODUCED n=%d", len(recs))
 	w.point("produced")
 	for _, r := range recs {
 		r.Ack(kgo.AckAccept)
