@@ -387,6 +387,7 @@ type facts struct {
 }
 
 type dockerfile struct {
+	text       string
 	finalBase  string
 	user       string
 	entrypoint []string
@@ -425,7 +426,7 @@ func readFacts(root string) (*facts, error) {
 }
 
 func parseDockerfile(src string) (dockerfile, error) {
-	d := dockerfile{expose: map[int]bool{}}
+	d := dockerfile{text: src, expose: map[int]bool{}}
 	src = strings.ReplaceAll(src, "\\\n", " ")
 	for _, line := range strings.Split(src, "\n") {
 		line = strings.TrimSpace(line)
@@ -621,6 +622,9 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 	// Image and entrypoint: what `make image` builds from the Dockerfile.
 	if imageRepo(sc.Image) != imageRepo(f.image) {
 		fail("sharetx image %q is not the repository `make image` builds (%s)", sc.Image, f.image)
+	}
+	if !strings.Contains(f.docker.text, imageRepo(f.image)) {
+		fail("the Dockerfile does not name the image `make image` builds (%s)", imageRepo(f.image))
 	}
 	if len(sc.Command) > 0 && strings.Join(sc.Command, " ") != strings.Join(f.docker.entrypoint, " ") {
 		fail("sharetx command %v overrides the image's ENTRYPOINT %v", sc.Command, f.docker.entrypoint)
