@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -235,20 +236,27 @@ func (d *demo) alterConfigs(ctx context.Context, ty kmsg.ConfigResourceType, nam
 
 // ---------------------------------------------------------------- one mode
 
-// slot is worker i of a mode across its restarts.
+// slot is worker i of a mode across its restarts (incarnations).
 type slot struct {
 	idx   int // 1-based
 	cfg   workerConfig
-	cur   *proc
-	at    chan string // AT lines of the current incarnation
+	cur   *incarnation // set by the goroutine that starts and kills workers
+	at    chan string  // AT lines of the current incarnation
 	ready chan struct{}
 
-	mu          sync.Mutex
-	killed      bool
-	doneN, curN [3]int // commits, aborts, batches: of exited incarnations, of the current one
-	starts      int
-	// The current incarnation's batch: a transaction open (TXN begin), its
-	// outputs produced (PRODUCED n=), not yet committed/acknowledged.
+	mu   sync.Mutex
+	incs []*incarnation // every one so far
+}
+
+// incarnation is one process of a slot.
+type incarnation struct {
+	*proc
+	ending atomic.Bool // the demo killed or stopped it: its exit is expected
+
+	mu sync.Mutex
+	n  [3]int // commits, aborts, batches, as it last reported them
+	// Its batch in progress: a transaction open (TXN begin), outputs
+	// produced (PRODUCED n=), not yet committed/acknowledged.
 	openTxn  bool
 	produced int
 }
@@ -256,7 +264,12 @@ type slot struct {
 func (s *slot) counts() (commits, aborts, batches int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.doneN[0] + s.curN[0], s.doneN[1] + s.curN[1], s.doneN[2] + s.curN[2]
+	for _, inc := range s.incs {
+		inc.mu.Lock()
+		commits, aborts, batches = commits+inc.n[0], aborts+inc.n[1], batches+inc.n[2]
+		inc.mu.Unlock()
+	}
+	return
 }
 
 type modeRun struct {
@@ -421,13 +434,7 @@ func (m *modeRun) setup(ctx context.Context) error {
 // startWorker starts (or restarts) slot s's process. With the same
 // transactional id, a restart fences the killed incarnation.
 func (m *modeRun) startWorker(s *slot) error {
-	s.mu.Lock()
-	s.starts++
-	s.killed = false
-	s.openTxn, s.produced = false, 0
-	s.curN = [3]int{}
 	s.cfg.seed = m.d.rng.Int63()
-	s.mu.Unlock()
 	s.ready = make(chan struct{})
 	ready := s.ready
 	var once sync.Once
@@ -435,22 +442,20 @@ func (m *modeRun) startWorker(s *slot) error {
 		<-s.at
 	}
 	env := append(os.Environ(), roleEnv+"=worker")
+	inc := &incarnation{}
 	p, err := startProc(m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
-		func(line string) { m.onWorkerLine(s, line, func() { once.Do(func() { close(ready) }) }) })
+		func(line string) { m.onWorkerLine(s, inc, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err
 	}
-	s.cur = p
+	inc.proc = p
+	s.cur = inc
+	s.mu.Lock()
+	s.incs = append(s.incs, inc)
+	s.mu.Unlock()
 	go func() {
 		<-p.done
-		s.mu.Lock()
-		for i := range s.doneN {
-			s.doneN[i] += s.curN[i]
-		}
-		s.curN = [3]int{}
-		killed := s.killed
-		s.mu.Unlock()
-		if !killed {
+		if !inc.ending.Load() {
 			m.fail("worker %d exited on its own (%v): see %s", s.idx, p.err, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)))
 		}
 	}()
@@ -468,28 +473,28 @@ func (m *modeRun) waitReady(s *slot) error {
 	}
 }
 
-func (m *modeRun) onWorkerLine(s *slot, line string, ready func()) {
+func (m *modeRun) onWorkerLine(s *slot, inc *incarnation, line string, ready func()) {
 	switch {
 	case line == "READY":
 		ready()
 	case line == "TXN begin":
-		s.mu.Lock()
-		s.openTxn = true
-		s.mu.Unlock()
+		inc.mu.Lock()
+		inc.openTxn = true
+		inc.mu.Unlock()
 	case strings.HasPrefix(line, "PRODUCED "):
 		n, _ := strconv.Atoi(fields(line)["n"])
-		s.mu.Lock()
-		s.produced = n
-		s.mu.Unlock()
+		inc.mu.Lock()
+		inc.produced = n
+		inc.mu.Unlock()
 	case strings.HasPrefix(line, "TXN ") || strings.HasPrefix(line, "ACK "):
 		kv := fields(line)
 		c, _ := strconv.Atoi(kv["commits"])
 		a, _ := strconv.Atoi(kv["aborts"])
 		b, _ := strconv.Atoi(kv["batches"])
-		s.mu.Lock()
-		s.curN = [3]int{c, a, b}
-		s.openTxn, s.produced = false, 0
-		s.mu.Unlock()
+		inc.mu.Lock()
+		inc.n = [3]int{c, a, b}
+		inc.openTxn, inc.produced = false, 0
+		inc.mu.Unlock()
 	case strings.HasPrefix(line, "AT "):
 		select {
 		case s.at <- strings.TrimPrefix(line, "AT "):
@@ -556,14 +561,13 @@ func (m *modeRun) crash(i int, c crash) {
 			kind = crashRandom
 		}
 	}
-	s.mu.Lock()
-	s.killed = true
-	s.mu.Unlock()
-	pid := s.cur.pid()
-	s.cur.kill9() // returns once its output is read: the state below is final
-	s.mu.Lock()
-	openTxn, produced := s.openTxn, s.produced
-	s.mu.Unlock()
+	inc := s.cur
+	inc.ending.Store(true)
+	pid := inc.pid()
+	inc.kill9() // returns once its output is read: the state below is final
+	inc.mu.Lock()
+	openTxn, produced := inc.openTxn, inc.produced
+	inc.mu.Unlock()
 	m.mu.Lock()
 	m.crashes++
 	m.res.CrashKinds[kind]++
@@ -587,10 +591,8 @@ func (m *modeRun) crash(i int, c crash) {
 // sharetx applied every committed acknowledgement.
 func (m *modeRun) teardown() {
 	for _, s := range m.slots {
-		s.mu.Lock()
-		s.killed = true // from here on an exit is expected
-		s.mu.Unlock()
 		if s.cur != nil && !s.cur.exited() {
+			s.cur.ending.Store(true)
 			s.cur.send("stop")
 		}
 	}
