@@ -65,6 +65,9 @@ type KIP1289 struct {
 	resolvedLocs  map[[2]int64]bool          // resolved before read; bounded by resolvedOrder
 	resolvedOrder [][2]int64
 	barrier       func(ctx context.Context) error
+	recovered     chan struct{} // closed once the shadow topic was read back (MarkRecovered)
+	waitRecovery  time.Duration // how long a redelivery waits for it, and for the barrier
+	recoveredOnce sync.Once
 
 	applyCtx    context.Context
 	applyCancel context.CancelFunc
@@ -135,6 +138,8 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		knownAt:      map[[2]int64][]knownRef{},
 		waiting:      map[[2]int64][]*stagedCall{},
 		resolvedLocs: map[[2]int64]bool{},
+		recovered:    make(chan struct{}),
+		waitRecovery: redeliveryBarrierTimeout,
 	}
 	e.applyCtx, e.applyCancel = context.WithCancel(context.Background())
 	f := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",

@@ -77,6 +77,20 @@ func (e *KIP1289) SetBarrier(fn func(ctx context.Context) error) {
 	e.barrier = fn
 }
 
+// MarkRecovered records that the shadow topic was read back (the proxy's
+// start-up recovery): until then, redelivered records wait for it.
+func (e *KIP1289) MarkRecovered() { e.recoveredOnce.Do(func() { close(e.recovered) }) }
+
+// Recovered reports whether MarkRecovered was called.
+func (e *KIP1289) Recovered() bool {
+	select {
+	case <-e.recovered:
+		return true
+	default:
+		return false
+	}
+}
+
 // OnShadowRecord learns a shadow record read from the shadow topic at
 // partition/offset, its transaction not yet ended. Idempotent.
 func (e *KIP1289) OnShadowRecord(partition int32, offset int64, rec *staging.ShadowRecord) {
@@ -207,14 +221,29 @@ func (e *KIP1289) screenResponse(st *shareState, resp *kmsg.ShareFetchResponse, 
 			}
 		}
 	}
+	if redelivered && !e.Recovered() {
+		// The proxy (re)started and has not read the shadow topic back
+		// yet: these records may be a killed proxy's committed ones.
+		t := time.NewTimer(e.waitRecovery)
+		select {
+		case <-e.recovered:
+		case <-t.C:
+		case <-e.applyCtx.Done():
+		}
+		t.Stop()
+	}
 	e.mu.Lock()
 	barrier, none := e.barrier, len(e.known) == 0
 	e.mu.Unlock()
+	if redelivered && barrier == nil {
+		e.m.redelivered.WithLabelValues("unverified").Inc()
+		e.log.Warn("redelivered records handed to the client before the shadow topic was read back: a record whose acknowledgement a killed proxy committed may be processed again")
+	}
 	if redelivered && barrier != nil {
 		// The records may have been staged through another proxy, or by
 		// this one before it restarted: read the shadow topic to its end
 		// first.
-		ctx, cancel := context.WithTimeout(e.applyCtx, redeliveryBarrierTimeout)
+		ctx, cancel := context.WithTimeout(e.applyCtx, e.waitRecovery)
 		err := barrier(ctx)
 		cancel()
 		if err != nil {

@@ -69,6 +69,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		}
 		return t.WaitCaughtUp(ctx, ends)
 	})
+	kip.MarkRecovered()
 	s.mu.Lock()
 	s.tailer = t
 	s.mu.Unlock()

@@ -393,11 +393,18 @@ func (s *Server) RunDiscovery(ctx context.Context, cl *upstream.Client) {
 	}
 }
 
-// Ready reports whether the upstream cluster has answered, and the last
-// discovery error if any.
+// Ready reports whether the proxy is ready to serve: the upstream cluster
+// has answered and the shadow topic was read back (StartKIP); otherwise it
+// says why not.
 func (s *Server) Ready() (bool, string) {
-	e, _ := s.lastErr.Load().(string)
-	return s.ready.Load(), e
+	if !s.ready.Load() {
+		e, _ := s.lastErr.Load().(string)
+		return false, "the upstream cluster has not answered yet: " + e
+	}
+	if s.env.KIP != nil && !s.env.KIP.Recovered() {
+		return false, "the shadow topic " + s.cfg.KIP1289.ShadowTopic + " has not been read back yet (staged and committed acknowledgements are being recovered)"
+	}
+	return true, ""
 }
 
 // FatalError is a discovery result that retrying cannot fix.

@@ -198,10 +198,10 @@ func httpHandler(srv *proxy.Server) http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, lastErr := srv.Ready()
+		ok, why := srv.Ready()
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: the upstream cluster has not answered yet: %s\n", lastErr)
+			fmt.Fprintf(w, "not ready: %s\n", why)
 			return
 		}
 		io.WriteString(w, "ready\n")
