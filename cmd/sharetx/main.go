@@ -68,7 +68,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *checkOnly {
-		fmt.Fprintf(stdout, "configuration OK: %+v\n", cfg)
+		shown := cfg
+		if shown.Upstream.SASL.Password != "" {
+			shown.Upstream.SASL.Password = "(redacted)"
+		}
+		fmt.Fprintf(stdout, "configuration OK: %+v\n", shown)
 		return 0
 	}
 	log := newLogger(cfg.Log, stderr)

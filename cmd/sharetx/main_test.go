@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -171,5 +172,21 @@ func TestBadConfig(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "upstream.dial_timeout") {
 		t.Fatalf("bad env value: %v %s", err, out)
+	}
+}
+
+// --check-config never prints the SASL password.
+func TestCheckConfigRedactsPassword(t *testing.T) {
+	t.Setenv("SHARETX_UPSTREAM_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+	t.Setenv("SHARETX_UPSTREAM_SASL_MECHANISM", "PLAIN")
+	t.Setenv("SHARETX_UPSTREAM_SASL_USERNAME", "alice")
+	t.Setenv("SHARETX_UPSTREAM_SASL_PASSWORD", "s3cr3t-pw")
+	var out, errb bytes.Buffer
+	code := run([]string{"--check-config"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	if strings.Contains(out.String(), "s3cr3t-pw") || !strings.Contains(out.String(), "(redacted)") {
+		t.Fatalf("--check-config output: %s", out.String())
 	}
 }
