@@ -49,6 +49,7 @@ type Options struct {
 	SharetxBin      string        `json:"-"`
 	WorkDir         string        `json:"work_dir"`
 	ProxyLog        string        `json:"-"`
+	Perf            bool          `json:"perf"`
 	Out             io.Writer     `json:"-"`
 }
 
@@ -77,6 +78,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "where the sharetx binary and its log go (default: a new directory under $TMPDIR)")
 	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
 	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxy's log level (in its log file)")
+	fs.BoolVar(&o.Perf, "perf", false, "sample the proxy process with Linux perf for the whole run and print its heaviest functions")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -46,6 +46,8 @@ type Results struct {
 	Paced    *pipelineResult   `json:"latency_pipeline"` // franz-go default share consumer settings, paced input
 	Staged   *stagedMemory     `json:"staged_memory"`
 
+	PerfTop string `json:"perf_top,omitempty"`
+
 	Goals  []goal   `json:"goals"`
 	Errors []string `json:"errors"`
 }
@@ -60,6 +62,7 @@ type bench struct {
 	admin  *kgo.Client
 	adm    *kadm.Client
 	suffix string
+	perf   *perfRecorder
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -154,11 +157,25 @@ func (b *bench) setup(ctx context.Context) error {
 		return fmt.Errorf("reading the proxy's /proc and /metrics: %w", err)
 	}
 	b.res.ProxyRSSStart = u.mem.RSS
+	if b.o.Perf {
+		if b.perf, err = startPerf(b.proxy.pid(), dir); err != nil {
+			return err
+		}
+	}
 	b.progress("sharetx pid %d ready: clients at %s, metrics at %s, RSS %.1f MiB", b.proxy.pid(), b.proxy.bootstrap, b.proxy.metrics, float64(u.mem.RSS)/(1<<20))
 	return nil
 }
 
 func (b *bench) teardown() {
+	if b.perf != nil {
+		top, err := b.perf.stop(25)
+		if err != nil {
+			b.fail("perf", err)
+		} else {
+			b.res.PerfTop = top
+			fmt.Fprintf(b.o.Out, "\nproxy CPU profile (perf, whole run; inclusive %% of the proxy's samples):\n%s", top)
+		}
+	}
 	if b.proxy != nil {
 		b.proxy.stop()
 	}
