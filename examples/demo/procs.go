@@ -210,8 +210,9 @@ func (s *sharetxProc) stop() {
 	s.p.wait(20 * time.Second)
 }
 
-// metric reads one unlabelled series from the proxy's /metrics.
-func (s *sharetxProc) metric(name string) (float64, error) {
+// metric sums the series of one metric on the proxy's /metrics whose
+// labels contain every one of labels (e.g. `type="commit"`).
+func (s *sharetxProc) metric(name string, labels ...string) (float64, error) {
 	c := http.Client{Timeout: 3 * time.Second}
 	resp, err := c.Get("http://" + s.metrics + "/metrics")
 	if err != nil {
@@ -220,12 +221,24 @@ func (s *sharetxProc) metric(name string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	sum, found := 0.0, false
 	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == name {
-			return strconv.ParseFloat(v, 64)
+		series, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(series, l)
+		}
+		if f, err := strconv.ParseFloat(v, 64); err == nil && match {
+			sum, found = sum+f, true
 		}
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	if !found {
+		return 0, fmt.Errorf("metric %s%v not found", name, labels)
+	}
+	return sum, nil
 }
 
 // freePortBlock finds n consecutive free TCP ports on 127.0.0.1 below the

@@ -334,7 +334,11 @@ func (d *demo) runMode(ctx context.Context, mode string) Result {
 		if done {
 			break
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			m.fail("interrupted with %d of %d inputs in the output", distinct, o.Records)
+			break
+		}
+		if time.Now().After(deadline) {
 			m.fail("only %d of %d inputs in the output after %s", distinct, o.Records, o.Timeout)
 			break
 		}
@@ -343,6 +347,9 @@ func (d *demo) runMode(ctx context.Context, mode string) Result {
 	<-crashesDone
 	m.teardown()
 	m.verify()
+	if mode == modeEOS {
+		m.proxyCounters()
+	}
 	m.res.Seconds = time.Since(start).Seconds()
 	return m.res
 }
@@ -688,4 +695,26 @@ func count(r *Result, ids []string, outputs map[string]int) {
 			}
 		}
 	}
+}
+
+// proxyCounters prints what sharetx did for the exactly-once mode, from its
+// metrics (the at-least-once mode sends it nothing of the kind).
+func (m *modeRun) proxyCounters() {
+	get := func(name string, labels ...string) int {
+		v, err := m.d.stx.metric(name, labels...)
+		if err != nil {
+			return -1
+		}
+		return int(v)
+	}
+	calls := get("sharetx_txn_share_acknowledge_total", `result="ok"`)
+	commits := get("sharetx_markers_total", `type="commit"`)
+	aborts := get("sharetx_markers_total", `type="abort"`)
+	absorbed := get("sharetx_client_acks_absorbed_total")
+	if calls < 0 || commits < 0 || absorbed < 0 {
+		return // another version of sharetx
+	}
+	m.say("sharetx's metrics: %d TxnShareAcknowledge calls staged acknowledgements; %d commits and %d aborts resolved them; "+
+		"%d offsets the share consumer ACCEPTed itself while they were staged or committed (franz-go's implicit "+
+		"acknowledgement at the next poll) were absorbed, never forwarded", calls, commits, max(aborts, 0), absorbed)
 }
