@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,6 +62,9 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "per mode: how long the workers may take to get every input into the output")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	switch *mode {
@@ -87,8 +91,8 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	t0 := time.Now()
 	results, logDir, err := Run(ctx, o)
-	fmt.Fprintln(stdout)
 	if len(results) > 0 {
+		fmt.Fprintln(stdout)
 		WriteSummary(stdout, results)
 	}
 	if err != nil {

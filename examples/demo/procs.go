@@ -125,10 +125,12 @@ func (p *proc) wait(d time.Duration) bool {
 // buildSharetx builds ./cmd/sharetx into dir.
 func buildSharetx(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "sharetx")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/sharetx/sharetx/cmd/sharetx")
-	if root, err := moduleRoot(); err == nil {
-		cmd.Dir = root
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
 	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/sharetx/sharetx/cmd/sharetx")
+	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/sharetx: %v\n%s", err, b)
 	}

@@ -170,6 +170,7 @@ func Run(ctx context.Context, o Options) (results []Result, logDir string, err e
 		if bin, err = buildSharetx(ctx, d.dir); err != nil {
 			return nil, d.dir, err
 		}
+		defer os.Remove(bin) // after sharetx stopped (deferred below); 20+ MB
 	}
 	if d.stx, err = startSharetx(bin, d.dir, d.t0, time.Minute); err != nil {
 		return nil, d.dir, err
