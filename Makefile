@@ -103,7 +103,7 @@ bench:
 # cluster (fresh temporary data dir, free ports) and runs a consume-transform-
 # produce application (3 worker processes, 3000 records) while killing
 # workers with kill -9, exactly-once via sharetx and then at-least-once;
-# prints both side by side. About 2 minutes; no Kafka needed. More flags:
+# prints both side by side. About 1.5 minutes; no Kafka needed. More flags:
 # DEMO_FLAGS='--records 1000 --crashes 6 --seed 42 --mode at-least-once'.
 DEMO_FLAGS ?=
 demo:
