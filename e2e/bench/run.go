@@ -63,6 +63,12 @@ type bench struct {
 	adm    *kadm.Client
 	suffix string
 	perf   *perfRecorder
+	topics []string // created by this run; deleted at the end
+}
+
+func (b *bench) createTopic(ctx context.Context, t string) error {
+	b.topics = append(b.topics, t)
+	return createTopic(ctx, b.adm, t, int32(b.o.Partitions))
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -180,6 +186,14 @@ func (b *bench) teardown() {
 		b.proxy.stop()
 	}
 	if b.admin != nil {
+		// A default run writes about 2 GB; do not leave it on the broker.
+		if len(b.topics) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if _, err := b.adm.DeleteTopics(ctx, b.topics...); err != nil {
+				b.progress("deleting the bench topics: %v (they are named bench-*-%s)", err, b.suffix)
+			}
+			cancel()
+		}
 		b.admin.Close()
 	}
 }
@@ -265,7 +279,7 @@ func (b *bench) passThrough(ctx context.Context) {
 	lat := b.topic("latency")
 	jtopic := b.topic("java")
 	for _, t := range []string{tput, lat, jtopic, b.topic("warm-up")} {
-		if err := createTopic(ctx, b.adm, t, int32(o.Partitions)); err != nil {
+		if err := b.createTopic(ctx, t); err != nil {
 			b.fail("create topics", err)
 			return
 		}
@@ -316,7 +330,7 @@ func (b *bench) pipelines(ctx context.Context) {
 	o := b.o
 	in, out := b.topic("pipe-in"), b.topic("pipe-out")
 	for _, t := range []string{in, out} {
-		if err := createTopic(ctx, b.adm, t, int32(o.Partitions)); err != nil {
+		if err := b.createTopic(ctx, t); err != nil {
 			b.fail("create pipeline topics", err)
 			return
 		}
@@ -401,7 +415,7 @@ func (b *bench) pacedLatency(ctx context.Context) {
 	o := b.o
 	in, out := b.topic("paced-in"), b.topic("paced-out")
 	for _, t := range []string{in, out} {
-		if err := createTopic(ctx, b.adm, t, int32(o.Partitions)); err != nil {
+		if err := b.createTopic(ctx, t); err != nil {
 			b.fail("create latency topics", err)
 			return
 		}
