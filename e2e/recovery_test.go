@@ -215,3 +215,60 @@ func TestKIP1289ProxyKilled(t *testing.T) {
 		})
 	}
 }
+
+// TestKIP1289RestartedProxyLearnsTransactions: a proxy restarts under a
+// running application whose producer initialized through the old process.
+// The restarted proxy learns the transaction from the producer's next write
+// (a transactional Produce the broker accepted), so the application's next
+// TxnShareAcknowledge is accepted rather than refused with
+// INVALID_PRODUCER_ID_MAPPING.
+func TestKIP1289RestartedProxyLearnsTransactions(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		const n = 6
+		s := newKIPSetupOn(t, b, StartProxy(t, b.Seeds), n, 1)
+		ctx := ctxT(t, 2*time.Minute)
+		if err := s.producer.BeginTransaction(); err != nil { // InitProducerId through the first process
+			t.Fatal(err)
+		}
+		if err := s.producer.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			t.Fatal(err)
+		}
+		s.p.Kill()
+		s.consumer.Close()
+		restarted := StartProxy(t, b.Seeds, OnAddrsOf(s.p))
+		consumer := restarted.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+			kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
+		done := 0
+		for done < n {
+			if ctx.Err() != nil {
+				t.Fatalf("committed %d of %d", done, n)
+			}
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			recs := consumer.PollRecords(pctx, n).Records()
+			cancel()
+			if len(recs) == 0 {
+				continue
+			}
+			if err := s.producer.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				s.producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
+			}
+			if err := s.producer.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+				t.Fatalf("TxnShareAcknowledge through the restarted proxy, for a producer initialized through the killed one: %v", err)
+			}
+			if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatal(err)
+			}
+			done += len(recs)
+		}
+		Wait(t, 30*time.Second, "applied", func() bool { return restarted.KIP().Stats().Pending == 0 })
+		if left := (&kipSetup{consumer: consumer, group: s.group, in: s.in}).remaining(t, b, 3*time.Second); len(left) != 0 {
+			t.Fatalf("%d records left unacknowledged", len(left))
+		}
+	})
+}

@@ -1,17 +1,123 @@
 package intercept
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"encoding/binary"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // Produce v10+ carries KIP-951 NodeEndpoints (tag 0) when the leader moved:
 // the client dials them directly, so they must name proxy listeners.
+//
+// A transactional Produce also tells the proxy which producer id and epoch
+// its transactional id holds, once the broker accepted it: a proxy that
+// restarted under a running application learns its transactions from their
+// next write instead of refusing their TxnShareAcknowledge with
+// INVALID_PRODUCER_ID_MAPPING.
 func init() {
-	register(kmsg.Produce, func(env *Env, _ any, r kmsg.Response) bool {
+	registerHook(kmsg.Produce, func(env *Env, r *Request) Action {
+		if env.KIP == nil {
+			return Action{}
+		}
+		if t, ok := produceTxn(r.Body(), r.Version); ok {
+			return Action{State: t}
+		}
+		return Action{}
+	})
+	register(kmsg.Produce, func(env *Env, state any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ProduceResponse)
 		changed := false
 		for i := range resp.Brokers {
 			b := &resp.Brokers[i]
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
 		}
+		if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
+			env.KIP.learnTxn(t.txnID, t.producerID, t.epoch)
+		}
 		return changed
 	})
+}
+
+type produceTxnState struct {
+	txnID      string
+	producerID int64
+	epoch      int16
+}
+
+func produceOK(resp *kmsg.ProduceResponse) bool {
+	n := 0
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
+}
+
+// produceTxn reads, without decoding the records, the transactional id of a
+// Produce request and the producer id and epoch of its first record batch.
+// ok is false for a non-transactional request or anything it cannot read.
+func produceTxn(body []byte, version int16) (produceTxnState, bool) {
+	if version < 3 {
+		return produceTxnState{}, false
+	}
+	r := &reader{b: body}
+	flexible := version >= 9
+	var txnID *string
+	if flexible {
+		txnID = r.compactNullableString()
+	} else {
+		n := int(r.int16())
+		if r.err == nil && n >= 0 {
+			s := string(r.take(n))
+			txnID = &s
+		}
+	}
+	if r.err != nil || txnID == nil || *txnID == "" {
+		return produceTxnState{}, false
+	}
+	r.int16() // acks
+	r.int32() // timeout
+	arrayLen := func() int {
+		if flexible {
+			return r.compactLen(1)
+		}
+		return int(r.int32())
+	}
+	if arrayLen() < 1 { // topics
+		return produceTxnState{}, false
+	}
+	switch {
+	case version >= 13:
+		r.uuid()
+	case flexible:
+		r.compactString()
+	default:
+		r.take(int(r.int16()))
+	}
+	if arrayLen() < 1 { // partitions
+		return produceTxnState{}, false
+	}
+	r.int32() // partition
+	var records []byte
+	if flexible {
+		if n := r.compactLen(1); n > 0 {
+			records = r.take(n)
+		}
+	} else if n := int(r.int32()); n > 0 {
+		records = r.take(n)
+	}
+	// Record batch v2: producerId at 43, producerEpoch at 51; magic at 16,
+	// attributes (bit 4: transactional) at 21.
+	if r.err != nil || len(records) < 53 || records[16] != 2 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
+		return produceTxnState{}, false
+	}
+	return produceTxnState{
+		txnID:      *txnID,
+		producerID: int64(binary.BigEndian.Uint64(records[43:])),
+		epoch:      int16(binary.BigEndian.Uint16(records[51:])),
+	}, true
 }

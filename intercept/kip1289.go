@@ -212,6 +212,17 @@ func (e *KIP1289) setMember(group, member string, epoch int32) {
 	e.members[memberKey{group, member}] = epoch
 }
 
+// learnTxn records a transactional id's producer id and epoch from a write
+// the broker accepted, when the id is unknown or the epoch moved on.
+func (e *KIP1289) learnTxn(txnID string, pid int64, epoch int16) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t, ok := e.txns[txnID]; ok && (t.producerID != pid || t.epoch >= epoch) {
+		return // a new producer id is learned from InitProducerId/EndTxn only
+	}
+	e.txns[txnID] = txnInfo{producerID: pid, epoch: epoch}
+}
+
 func (e *KIP1289) setTxn(txnID string, pid int64, epoch int16) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
