@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -178,7 +179,7 @@ func TestVerifierOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Count(inputs, outputs)
+	c := sim.Count(inputs, outputs)
 	if c.Out != 3 || c.Duplicates != 1 || c.Lost != 3 || c.Distinct != 2 || outputs[inputs[2]] != 0 {
 		t.Fatalf("output count %+v from %v: want 3 committed records, 1 duplicate, 3 lost, the aborted record not counted", c, outputs)
 	}

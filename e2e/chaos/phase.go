@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -480,7 +481,7 @@ func (p *phase) verify() PhaseResult {
 	if unackErr != nil {
 		p.fail("share group check: %v", unackErr)
 	}
-	p.res.Counts = Count(p.ids, outputs)
+	p.res.Counts = sim.Count(p.ids, outputs)
 	// Unacked: what the fresh member was handed, or the group's lag if
 	// that is more (records still locked by someone when it looked).
 	p.res.Unacked = len(unacked)

@@ -80,7 +80,7 @@ func TestDemoShort(t *testing.T) {
 	eos, alo := results[0], results[1]
 	if eos.Duplicates != 0 || eos.Lost != 0 || eos.Unexpected != 0 || eos.Out != o.Records {
 		t.Errorf("exactly-once: out %d, duplicates %d (%v), lost %d (%v), unexpected %d; want every one of %d inputs once",
-			eos.Out, eos.Duplicates, eos.DupIDs, eos.Lost, eos.LostIDs, eos.Unexpected, o.Records)
+			eos.Out, eos.Duplicates, eos.DuplicateIDs, eos.Lost, eos.LostIDs, eos.Unexpected, o.Records)
 	}
 	if !eos.Drained() {
 		t.Errorf("exactly-once: the share group is not drained: a fresh member got %d records, lag %d", eos.Leftover, eos.Lag)

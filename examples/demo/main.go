@@ -219,8 +219,8 @@ to it, so the inputs were redelivered and their outputs committed once.`)
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "  %s: %s\n", r.Mode, e)
 		}
-		if len(r.DupIDs) > 0 {
-			fmt.Fprintf(w, "  %s: duplicated ids: %s\n", r.Mode, sample(r.DupIDs, 8))
+		if len(r.DuplicateIDs) > 0 {
+			fmt.Fprintf(w, "  %s: duplicated ids: %s\n", r.Mode, sample(r.DuplicateIDs, 8))
 		}
 		if len(r.LostIDs) > 0 {
 			fmt.Fprintf(w, "  %s: lost ids: %s\n", r.Mode, sample(r.LostIDs, 8))

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -85,13 +86,10 @@ func makePlan(o Options, rng *rand.Rand) []crash {
 
 // Result of one mode.
 type Result struct {
-	Mode         string
-	In           int // inputs
-	Out          int // committed output records
-	Distinct     int // distinct input ids among them
-	Duplicates   int // output records beyond the first of each id
-	Lost         int // inputs with no output record
-	Unexpected   int // output records that are no input
+	Mode string
+	// In, Out, Distinct, Duplicates, Lost, Unexpected and the duplicated
+	// and lost ids: the output counted per input id.
+	sim.Counts
 	TxnCommitted int // exactly-once: as reported by the workers
 	TxnAborted   int
 	AckBatches   int // at-least-once: polls acknowledged
@@ -107,8 +105,6 @@ type Result struct {
 	Lag            int64          // the share group's lag afterwards (-1: unknown)
 	Seconds        float64
 	Errors         []string
-	DupIDs         []string
-	LostIDs        []string
 	LogDir         string
 }
 
@@ -302,7 +298,7 @@ func (m *modeRun) fail(format string, args ...any) {
 func (d *demo) runMode(ctx context.Context, mode string) Result {
 	o := d.o
 	m := &modeRun{d: d, mode: mode, dir: filepath.Join(d.dir, mode), in: "demo-" + mode + "-in", out: "demo-" + mode + "-out",
-		group: "demo-" + mode, res: Result{Mode: mode, In: o.Records, CrashKinds: map[string]int{}, Lag: -1}}
+		group: "demo-" + mode, res: Result{Mode: mode, Counts: sim.Counts{In: o.Records}, CrashKinds: map[string]int{}, Lag: -1}}
 	m.res.LogDir = m.dir
 	start := time.Now()
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
@@ -661,7 +657,9 @@ func (m *modeRun) verify() {
 	if leftErr != nil {
 		m.fail("share group check: %v", leftErr)
 	}
-	count(&m.res, m.ids, outputs)
+	in := m.res.In
+	m.res.Counts = sim.Count(m.ids, outputs)
+	m.res.In = in
 	m.res.Leftover, m.res.Lag = left, lag
 	drained := "the share group acknowledged every input"
 	if !m.res.Drained() {
@@ -669,33 +667,6 @@ func (m *modeRun) verify() {
 	}
 	m.say("verified (output read read_committed, counted per id): in %d, out %d, duplicates %d, lost %d; %s",
 		m.res.In, m.res.Out, m.res.Duplicates, m.res.Lost, drained)
-}
-
-// count compares the input ids with the committed output records.
-func count(r *Result, ids []string, outputs map[string]int) {
-	known := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		known[id] = true
-	}
-	for v, n := range outputs {
-		r.Out += n
-		if !known[v] {
-			r.Unexpected += n
-		}
-	}
-	for _, id := range ids {
-		switch n := outputs[id]; {
-		case n == 0:
-			r.Lost++
-			r.LostIDs = append(r.LostIDs, id)
-		default:
-			r.Distinct++
-			if n > 1 {
-				r.Duplicates += n - 1
-				r.DupIDs = append(r.DupIDs, id)
-			}
-		}
-	}
 }
 
 // proxyCounters prints what sharetx did for the exactly-once mode, from its
