@@ -31,7 +31,7 @@ type workerSlot struct {
 	incarnation int // suffix of the transactional id
 	txnTimeout  time.Duration
 	starts      int
-	cur         *proc
+	cur         *sim.Proc
 	label       string // w<idx>#<start>
 
 	mu                    sync.Mutex
@@ -193,7 +193,7 @@ func (p *phase) progress(distinct, total int) {
 	for _, s := range p.slots {
 		sc, sa := s.txns()
 		c, a = c+sc, a+sa
-		if s.cur != nil && !s.cur.exited() {
+		if s.cur != nil && !s.cur.Exited() {
 			up++
 		}
 	}
@@ -266,7 +266,7 @@ func (p *phase) startProxy(pp *proxyProc) error {
 		return err
 	}
 	start := pp.starts
-	pp.p.onUnexpectedExit(func(err error) {
+	pp.p.OnUnexpectedExit(func(err error) {
 		p.fail("%s (start %d) exited on its own (%v): see %s", pp.id, start, err, filepath.Join(p.dir, fmt.Sprintf("proxy-%d.log", pp.idx)))
 	})
 	return nil
@@ -303,17 +303,17 @@ func (p *phase) startWorker(s *workerSlot) error {
 	s.curCommits, s.curAborts = 0, 0
 	s.mu.Unlock()
 	env := append(os.Environ(), roleEnv+"=worker")
-	pr, err := startProc(label, p.r.selfBin, cfg.args(), env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
+	pr, err := sim.StartProc(label, p.r.selfBin, cfg.args(), env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
 		func(line string) { p.onWorkerLine(s, label, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err
 	}
 	s.cur, s.label = pr, label
-	pr.onUnexpectedExit(func(err error) {
+	pr.OnUnexpectedExit(func(err error) {
 		p.fail("worker %s exited on its own (%v): see %s", label, err, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)))
 	})
 	go func() {
-		<-pr.done
+		<-pr.Done()
 		s.mu.Lock()
 		s.doneCommits += s.curCommits
 		s.doneAbts += s.curAborts
@@ -323,8 +323,8 @@ func (p *phase) startWorker(s *workerSlot) error {
 	select {
 	case <-ready:
 		return nil
-	case <-pr.done:
-		return fmt.Errorf("worker %s exited during start-up: %v", label, pr.err)
+	case <-pr.Done():
+		return fmt.Errorf("worker %s exited during start-up: %v", label, pr.Err())
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("worker %s not ready after 30s", label)
 	}
@@ -393,13 +393,13 @@ func fields(line string) map[string]string {
 // proxies.
 func (p *phase) teardown() {
 	for _, s := range p.slots {
-		if s.cur != nil && !s.cur.exited() {
-			s.cur.signal(syscall.SIGCONT)
-			s.cur.stop()
+		if s.cur != nil && !s.cur.Exited() {
+			s.cur.Signal(syscall.SIGCONT)
+			s.cur.Stop()
 		}
 	}
 	for _, s := range p.slots {
-		if s.cur != nil && !s.cur.wait(30*time.Second) {
+		if s.cur != nil && !s.cur.Wait(30*time.Second) {
 			p.fail("worker %s did not stop within 30s: killed", s.label)
 		}
 	}
@@ -409,7 +409,7 @@ func (p *phase) teardown() {
 	for {
 		pending := 0.0
 		for _, pp := range p.proxy {
-			if pp.p == nil || pp.p.exited() {
+			if pp.p == nil || pp.p.Exited() {
 				continue
 			}
 			if m, err := pp.scrape(); err == nil {
@@ -426,16 +426,16 @@ func (p *phase) teardown() {
 		time.Sleep(500 * time.Millisecond)
 	}
 	for _, pp := range p.proxy {
-		if pp.p == nil || pp.p.exited() {
+		if pp.p == nil || pp.p.Exited() {
 			continue
 		}
 		if m, err := pp.scrape(); err == nil {
 			p.note("%s (start %d) metrics: %s", pp.id, pp.starts, kipSummary(m))
 		}
-		pp.p.signal(syscall.SIGTERM)
+		pp.p.Signal(syscall.SIGTERM)
 	}
 	for _, pp := range p.proxy {
-		if pp.p != nil && !pp.p.wait(20*time.Second) {
+		if pp.p != nil && !pp.p.Wait(20*time.Second) {
 			p.fail("%s did not stop within 20s of SIGTERM: killed", pp.id)
 		}
 	}
@@ -593,8 +593,8 @@ func (p *phase) workerKill() {
 			p.note("worker %s did not reach %q (no work left?): kill %d skipped", s.label, k.point, i+1)
 			continue
 		}
-		pid := s.cur.pid()
-		s.cur.kill9()
+		pid := s.cur.Pid()
+		s.cur.Kill9()
 		old := p.txnID(s)
 		if k.newID {
 			s.incarnation++
@@ -619,7 +619,7 @@ func (p *phase) workerKill() {
 // It gives up early once every input is in the output: no work is left.
 func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool {
 	drainHolds(s)
-	if err := s.cur.send("hold " + point + " " + d); err != nil {
+	if err := s.cur.Send("hold " + point + " " + d); err != nil {
 		return false
 	}
 	deadline := time.Now().Add(wait)
@@ -657,8 +657,8 @@ func (p *phase) proxyKill() {
 			where = fmt.Sprintf("(worker %s did not reach \"staged\" within 15s)", target.label)
 		}
 	}
-	pid := pp.p.pid()
-	pp.p.kill9()
+	pid := pp.p.Pid()
+	pp.p.Kill9()
 	p.note("kill -9 %s (pid %d) %s; its workers %s lose their connections", pp.id, pid, where, p.workersOf(pp))
 	time.Sleep(2 * time.Second)
 	t := time.Now()
@@ -729,13 +729,13 @@ func (p *phase) workerStall() {
 				p.note("worker %s never reached %q within 30s: not stalled", s.label, t.point)
 				return
 			}
-			s.cur.signal(syscall.SIGSTOP)
-			p.note("SIGSTOP worker %s (pid %d) at %q for %s (acquisition lock %s)", s.label, s.cur.pid(), t.point, p.stallFor(), p.lock)
+			s.cur.Signal(syscall.SIGSTOP)
+			p.note("SIGSTOP worker %s (pid %d) at %q for %s (acquisition lock %s)", s.label, s.cur.Pid(), t.point, p.stallFor(), p.lock)
 			time.Sleep(p.stallFor())
 			s.mu.Lock()
 			before := s.lastTxn
 			s.mu.Unlock()
-			s.cur.signal(syscall.SIGCONT)
+			s.cur.Signal(syscall.SIGCONT)
 			p.note("SIGCONT worker %s", s.label)
 			p.noteNextTxn(s, before)
 		}()

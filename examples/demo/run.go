@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sharetx/sharetx/e2e/sim"
@@ -247,8 +246,7 @@ type slot struct {
 
 // incarnation is one process of a slot.
 type incarnation struct {
-	*proc
-	ending atomic.Bool // the demo killed or stopped it: its exit is expected
+	*sim.Proc // ended by the demo (kill -9, stop): its exit is expected
 
 	mu sync.Mutex
 	n  [3]int // commits, aborts, batches, as it last reported them
@@ -447,22 +445,19 @@ func (m *modeRun) startWorker(s *slot) error {
 	}
 	env := append(os.Environ(), roleEnv+"=worker")
 	inc := &incarnation{}
-	p, err := startProc(m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
+	p, err := sim.StartProc(fmt.Sprintf("worker-%d", s.idx), m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
 		func(line string) { m.onWorkerLine(s, inc, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err
 	}
-	inc.proc = p
+	inc.Proc = p
 	s.cur = inc
 	s.mu.Lock()
 	s.incs = append(s.incs, inc)
 	s.mu.Unlock()
-	go func() {
-		<-p.done
-		if !inc.ending.Load() {
-			m.fail("worker %d exited on its own (%v): see %s", s.idx, p.err, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)))
-		}
-	}()
+	p.OnUnexpectedExit(func(err error) {
+		m.fail("worker %d exited on its own (%v): see %s", s.idx, err, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)))
+	})
 	return nil
 }
 
@@ -470,8 +465,8 @@ func (m *modeRun) waitReady(s *slot) error {
 	select {
 	case <-s.ready:
 		return nil
-	case <-s.cur.done:
-		return fmt.Errorf("worker %d exited during start-up: %v", s.idx, s.cur.err)
+	case <-s.cur.Done():
+		return fmt.Errorf("worker %d exited during start-up: %v", s.idx, s.cur.Err())
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("worker %d not ready after 30s", s.idx)
 	}
@@ -552,12 +547,12 @@ func (m *modeRun) crash(i int, c crash) {
 			<-s.at
 		}
 		reached := false
-		if err := s.cur.send("crash-at " + kind); err == nil {
+		if err := s.cur.Send("crash-at " + kind); err == nil {
 			select {
 			case got := <-s.at:
 				reached = got == kind
 			case <-time.After(3 * time.Second):
-			case <-s.cur.done:
+			case <-s.cur.Done():
 			}
 		}
 		if !reached {
@@ -566,9 +561,9 @@ func (m *modeRun) crash(i int, c crash) {
 		}
 	}
 	inc := s.cur
-	inc.ending.Store(true)
-	pid := inc.pid()
-	inc.kill9() // returns once its output is read: the state below is final
+	inc.Ending()
+	pid := inc.Pid()
+	inc.Kill9() // returns once its output is read: the state below is final
 	inc.mu.Lock()
 	openTxn, produced := inc.openTxn, inc.produced
 	inc.mu.Unlock()
@@ -585,7 +580,7 @@ func (m *modeRun) crash(i int, c crash) {
 		return
 	}
 	m.say("crash %d/%d: kill -9 worker %d (pid %d) %s%s; restarted (pid %d)", i+1, len(m.d.plan), s.idx, pid,
-		crashWhere(kind, m.mode), note, s.cur.pid())
+		crashWhere(kind, m.mode), note, s.cur.Pid())
 	if err := m.waitReady(s); err != nil {
 		m.fail("restart worker %d: %v", s.idx, err)
 	}
@@ -595,13 +590,12 @@ func (m *modeRun) crash(i int, c crash) {
 // sharetx applied every committed acknowledgement.
 func (m *modeRun) teardown() {
 	for _, s := range m.slots {
-		if s.cur != nil && !s.cur.exited() {
-			s.cur.ending.Store(true)
-			s.cur.send("stop")
+		if s.cur != nil && !s.cur.Exited() {
+			s.cur.Stop()
 		}
 	}
 	for _, s := range m.slots {
-		if s.cur != nil && !s.cur.wait(30*time.Second) {
+		if s.cur != nil && !s.cur.Wait(30*time.Second) {
 			m.fail("worker %d did not stop within 30s: killed", s.idx)
 		}
 	}
