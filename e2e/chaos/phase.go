@@ -13,8 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // commitInfo is one committed transaction's claim on an input record.
@@ -62,7 +64,7 @@ type phase struct {
 	where  map[poKey]string
 	proxy  []*proxyProc
 	slots  []*workerSlot
-	watch  *outputWatcher
+	watch  *sim.OutputWatcher
 	res    PhaseResult
 	failed bool // set up failed: nothing to verify
 
@@ -124,13 +126,13 @@ func (p *phase) run(ctx context.Context) func() PhaseResult {
 	deadline := time.Now().Add(o.Timeout)
 	lastProgress := time.Now()
 	for {
-		distinct, total, _ := p.watch.snapshot()
+		distinct, total, _ := p.watch.Snapshot()
 		if faultDone == nil && distinct >= trigger {
 			faultDone = make(chan struct{})
 			p.say("%d/%d outputs committed: injecting %s", distinct, p.n, p.fault)
 			go func() { defer close(faultDone); p.inject(ctx) }()
 		}
-		done := distinct >= p.n && faultDone != nil && closed(faultDone)
+		done := distinct >= p.n && faultDone != nil && sim.Closed(faultDone)
 		if time.Since(lastProgress) >= 5*time.Second || done {
 			p.progress(distinct, total)
 			lastProgress = time.Now()
@@ -150,22 +152,13 @@ func (p *phase) run(ctx context.Context) func() PhaseResult {
 	}
 	// Let transactions in flight finish (a late duplicate shows up here).
 	time.Sleep(2 * time.Second)
-	if faultDone != nil && !closed(faultDone) {
+	if faultDone != nil && !sim.Closed(faultDone) {
 		p.say("waiting for the fault injection to finish")
 		<-faultDone
 	}
 	p.teardown()
 	p.res.Seconds = p.since().Seconds()
 	return p.verify
-}
-
-func closed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 func (p *phase) skipReason() string {
@@ -206,13 +199,13 @@ func (p *phase) setup(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for _, t := range []string{p.in, p.out} {
-		if err := createTopic(sctx, p.r.adm, t, 3, p.r.rf); err != nil {
+		if err := sim.CreateTopic(sctx, p.r.adm, t, 3, p.r.rf); err != nil {
 			return err
 		}
 	}
 	// earliest: the inputs are produced before the group exists; a high
 	// delivery limit: aborts and redeliveries must not archive inputs.
-	if err := setGroupConfigs(sctx, p.r.admin, p.group, map[string]string{
+	if err := sim.AlterConfigs(sctx, p.r.admin, kmsg.ConfigResourceTypeGroupConfig, p.group, map[string]string{
 		"share.auto.offset.reset":       "earliest",
 		"share.delivery.count.limit":    "10",
 		"share.record.lock.duration.ms": strconv.FormatInt(p.lock.Milliseconds(), 10),
@@ -229,7 +222,7 @@ func (p *phase) setup(ctx context.Context) error {
 		return err
 	}
 	p.say("%d inputs produced", p.n)
-	if p.watch, err = watchOutput(o.Seeds, p.out); err != nil {
+	if p.watch, err = orchestrator(o.Seeds).WatchOutput(p.out); err != nil {
 		return err
 	}
 	for i := 0; i < o.Proxies; i++ {
@@ -302,7 +295,7 @@ func (p *phase) startWorker(s *workerSlot) error {
 	s.mu.Lock()
 	s.curCommits, s.curAborts = 0, 0
 	s.mu.Unlock()
-	env := append(os.Environ(), roleEnv+"=worker")
+	env := sim.WorkerEnv(roleEnv)
 	pr, err := sim.StartProc(label, p.r.selfBin, cfg.args(), env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
 		func(line string) { p.onWorkerLine(s, label, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
@@ -352,7 +345,7 @@ func (p *phase) onWorkerLine(s *workerSlot, label, line string, ready func()) {
 				part, _ := strconv.Atoi(f[0])
 				off, _ := strconv.ParseInt(f[1], 10, 64)
 				dc, _ := strconv.Atoi(f[2])
-				k := poKey{int32(part), off}
+				k := poKey{Partition: int32(part), Offset: off}
 				p.commits[k] = append(p.commits[k], commitInfo{worker: label, delivery: dc, at: at})
 			}
 			p.mu.Unlock()
@@ -440,7 +433,7 @@ func (p *phase) teardown() {
 		}
 	}
 	if p.watch != nil {
-		p.watch.close()
+		p.watch.Close()
 	}
 	var c, a int
 	for _, s := range p.slots {
@@ -468,11 +461,11 @@ func (p *phase) verify() PhaseResult {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		outputs, readErr = readAllCommitted(o.Seeds, p.out, 3*time.Second, 2*time.Minute)
+		outputs, readErr = orchestrator(o.Seeds).ReadAllCommitted(p.out, 3*time.Second, 2*time.Minute)
 	}()
 	go func() {
 		defer wg.Done()
-		unacked, lag, unackErr = unackedRecords(o.Seeds, p.group, p.in, 6*time.Second, p.lock+3*time.Second)
+		unacked, lag, unackErr = orchestrator(o.Seeds).Unacked(p.group, p.in, 6*time.Second+p.lock+3*time.Second, 6*time.Second+p.lock+3*time.Second)
 	}()
 	wg.Wait()
 	if readErr != nil {
@@ -524,7 +517,7 @@ func (p *phase) diagnose() {
 		for _, c := range p.commits[k] {
 			parts = append(parts, fmt.Sprintf("%s delivery %d at %.1fs", c.worker, c.delivery, c.at.Seconds()))
 		}
-		s := fmt.Sprintf("duplicate %s (partition %d offset %d) committed by: %s", id, k.p, k.off, strings.Join(parts, "; "))
+		s := fmt.Sprintf("duplicate %s (partition %d offset %d) committed by: %s", id, k.Partition, k.Offset, strings.Join(parts, "; "))
 		if len(p.commits[k]) < 2 {
 			s += " (fewer commits reported than outputs: a worker died with a commit in flight)"
 		}
@@ -579,10 +572,10 @@ func (p *phase) workerKill() {
 	for i, k := range plan {
 		if i > 0 {
 			// Let the work go on a little between kills.
-			d0, _, _ := p.watch.snapshot()
+			d0, _, _ := p.watch.Snapshot()
 			until := time.Now().Add(5 * time.Second)
 			for time.Now().Before(until) {
-				if d, _, _ := p.watch.snapshot(); d >= min(p.n, d0+p.n/10) {
+				if d, _, _ := p.watch.Snapshot(); d >= min(p.n, d0+p.n/10) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -627,7 +620,7 @@ func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool 
 		if waitHold(s, "HOLD "+point, 250*time.Millisecond) {
 			return true
 		}
-		if d, _, _ := p.watch.snapshot(); d >= p.n {
+		if d, _, _ := p.watch.Snapshot(); d >= p.n {
 			return false
 		}
 	}

@@ -12,9 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // allFaults, in the order phases run.

@@ -106,14 +106,7 @@ func (p *Proc) Err() error { return p.err }
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Exited reports whether the process has exited (and its output is read).
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Proc) Exited() bool { return Closed(p.done) }
 
 // Ending marks the process as being ended by the parent: its exit is
 // expected from now on.

@@ -28,11 +28,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // roleEnv makes a re-executed binary (this command, or the test binary) a
@@ -40,10 +41,7 @@ import (
 const roleEnv = "DEMO_ROLE"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(workerMain(os.Args[2:]))
-	}
-	os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr))
+	sim.Main(workerMain, mainRun)
 }
 
 func mainRun(args []string, stdout, stderr io.Writer) int {

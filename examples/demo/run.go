@@ -8,17 +8,17 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // Options of one demo run.
@@ -202,32 +202,9 @@ func Run(ctx context.Context, o Options) (results []Result, logDir string, err e
 }
 
 func (d *demo) alterConfigs(ctx context.Context, ty kmsg.ConfigResourceType, name string, kv map[string]string) error {
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = ty, name
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name, c.Value = k, kmsg.StringPtr(kv[k])
-		res.Configs = append(res.Configs, c)
-	}
-	req.Resources = append(req.Resources, res)
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := req.RequestWith(actx, d.admin)
-	if err != nil {
-		return fmt.Errorf("alter configs %v: %w", kv, err)
-	}
-	for _, r := range resp.Resources {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			return fmt.Errorf("alter configs %v: %w", kv, err)
-		}
-	}
-	return nil
+	return sim.AlterConfigs(actx, d.admin, ty, name, kv)
 }
 
 // ---------------------------------------------------------------- one mode
@@ -275,7 +252,7 @@ type modeRun struct {
 	group   string
 	ids     []string
 	slots   []*slot
-	watch   *outputWatcher
+	watch   *sim.OutputWatcher
 	res     Result
 	mu      sync.Mutex
 	crashes int
@@ -320,8 +297,8 @@ func (d *demo) runMode(ctx context.Context, mode string) Result {
 	deadline := time.Now().Add(o.Timeout)
 	lastProgress := time.Now()
 	for {
-		distinct, _ := m.watch.snapshot()
-		done := distinct >= o.Records && closed(crashesDone)
+		distinct, _, _ := m.watch.Snapshot()
+		done := distinct >= o.Records && sim.Closed(crashesDone)
 		if time.Since(lastProgress) >= 2*time.Second || done {
 			m.progress(start)
 			lastProgress = time.Now()
@@ -349,17 +326,8 @@ func (d *demo) runMode(ctx context.Context, mode string) Result {
 	return m.res
 }
 
-func closed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 func (m *modeRun) progress(start time.Time) {
-	distinct, total := m.watch.snapshot()
+	distinct, total, _ := m.watch.Snapshot()
 	var c, a, b int
 	for _, s := range m.slots {
 		sc, sa, sb := s.counts()
@@ -385,12 +353,8 @@ func (m *modeRun) setup(ctx context.Context) error {
 	// restarted worker gets records at once (with more partitions than
 	// members, a killed member's partitions wait for its session timeout).
 	for _, t := range []string{m.in, m.out} {
-		resp, err := adm.CreateTopic(sctx, 1, 1, nil, t)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", t, err)
+		if err := sim.CreateTopic(sctx, adm, t, 1, 1); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return err
 		}
 	}
 	// earliest: the inputs are produced before the group first reads.
@@ -413,7 +377,7 @@ func (m *modeRun) setup(ctx context.Context) error {
 		}
 	}
 	var err error
-	if m.watch, err = watchOutput(m.d.stx.bootstrap, m.out); err != nil {
+	if m.watch, err = verifier(m.d.stx.bootstrap).WatchOutput(m.out); err != nil {
 		return err
 	}
 	for i := 0; i < o.Workers; i++ {
@@ -443,7 +407,7 @@ func (m *modeRun) startWorker(s *slot) error {
 	for len(s.at) > 0 {
 		<-s.at
 	}
-	env := append(os.Environ(), roleEnv+"=worker")
+	env := sim.WorkerEnv(roleEnv)
 	inc := &incarnation{}
 	p, err := sim.StartProc(fmt.Sprintf("worker-%d", s.idx), m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
 		func(line string) { m.onWorkerLine(s, inc, line, func() { once.Do(func() { close(ready) }) }) })
@@ -520,7 +484,7 @@ func (m *modeRun) injectCrashes(ctx context.Context) {
 	last := time.Now()
 	for i, c := range m.d.plan {
 		for ctx.Err() == nil {
-			distinct, _ := m.watch.snapshot()
+			distinct, _, _ := m.watch.Snapshot()
 			if float64(distinct) >= c.at*float64(o.Records) && time.Since(last) >= time.Second {
 				break
 			}
@@ -538,7 +502,7 @@ func (m *modeRun) crash(i int, c crash) {
 	s := m.slots[c.worker]
 	kind := c.kind
 	note := ""
-	if distinct, _ := m.watch.snapshot(); distinct >= m.d.o.Records && kind != crashRandom {
+	if distinct, _, _ := m.watch.Snapshot(); distinct >= m.d.o.Records && kind != crashRandom {
 		note = fmt.Sprintf(" (planned %q, but no input is left to process)", crashWhere(kind, m.mode))
 		kind = crashRandom
 	}
@@ -619,7 +583,7 @@ func (m *modeRun) teardown() {
 		time.Sleep(250 * time.Millisecond)
 	}
 	if m.watch != nil {
-		m.watch.close()
+		m.watch.Close()
 	}
 }
 
@@ -638,7 +602,7 @@ func (m *modeRun) verify() {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		outputs, readErr = readAllCommitted(bootstrp, m.out, 2*time.Second, time.Minute)
+		outputs, readErr = verifier(bootstrp).ReadAllCommitted(m.out, 2*time.Second, time.Minute)
 	}()
 	go func() {
 		defer wg.Done()
