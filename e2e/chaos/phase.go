@@ -287,9 +287,9 @@ func (p *phase) txnID(s *workerSlot) string {
 func (p *phase) startWorker(s *workerSlot) error {
 	s.starts++
 	label := fmt.Sprintf("w%d#%d", s.idx, s.starts-1)
-	cfg := workerConfig{name: fmt.Sprintf("%s-%s", p.fault, label), bootstrap: s.proxy.bootstrap, group: p.group, in: p.in, out: p.out,
-		txnID: p.txnID(s), maxPoll: p.maxPoll(), abortRate: p.r.o.AbortRate, txnTimeout: s.txnTimeout,
-		seed: int64(p.r.intn(1 << 30)), logLevel: p.r.o.KgoLog}
+	cfg := workerConfig{name: fmt.Sprintf("%s-%s", p.fault, label), WorkerConfig: sim.WorkerConfig{Bootstrap: s.proxy.bootstrap,
+		Group: p.group, In: p.in, Out: p.out, TxnID: p.txnID(s), MaxPoll: p.maxPoll(), AbortRate: p.r.o.AbortRate,
+		Seed: int64(p.r.intn(1 << 30))}, txnTimeout: s.txnTimeout, logLevel: p.r.o.KgoLog}
 	ready := make(chan struct{})
 	var once sync.Once
 	s.mu.Lock()

@@ -39,23 +39,15 @@ import (
 )
 
 type workerConfig struct {
+	sim.WorkerConfig
 	name       string
-	bootstrap  string
-	group      string
-	in, out    string
-	txnID      string
-	maxPoll    int
-	abortRate  float64
 	txnTimeout time.Duration
-	seed       int64
 	logLevel   string
 }
 
 func (c workerConfig) args() []string {
-	return []string{"worker",
-		"--name", c.name, "--bootstrap", c.bootstrap, "--group", c.group, "--in", c.in, "--out", c.out,
-		"--txn-id", c.txnID, "--max-poll", fmt.Sprint(c.maxPoll), "--abort-rate", fmt.Sprint(c.abortRate),
-		"--txn-timeout", c.txnTimeout.String(), "--seed", fmt.Sprint(c.seed), "--kgo-log", c.logLevel}
+	args := append([]string{sim.WorkerArg, "--name", c.name}, c.WorkerConfig.Args()...)
+	return append(args, "--txn-timeout", c.txnTimeout.String(), "--kgo-log", c.logLevel)
 }
 
 type worker struct {
@@ -76,25 +68,18 @@ func workerMain(args []string) int {
 	var c workerConfig
 	fs := flag.NewFlagSet("chaos worker", flag.ContinueOnError)
 	fs.StringVar(&c.name, "name", "worker", "name in logs")
-	fs.StringVar(&c.bootstrap, "bootstrap", "", "the proxy's bootstrap address")
-	fs.StringVar(&c.group, "group", "", "share group")
-	fs.StringVar(&c.in, "in", "", "input topic")
-	fs.StringVar(&c.out, "out", "", "output topic")
-	fs.StringVar(&c.txnID, "txn-id", "", "transactional id")
-	fs.IntVar(&c.maxPoll, "max-poll", 50, "records per poll at most")
-	fs.Float64Var(&c.abortRate, "abort-rate", 0.15, "fraction of transactions aborted on purpose")
+	c.Flags(fs, 50, 0.15)
 	fs.DurationVar(&c.txnTimeout, "txn-timeout", 20*time.Second, "transaction timeout")
-	fs.Int64Var(&c.seed, "seed", 1, "random seed")
 	fs.StringVar(&c.logLevel, "kgo-log", "warn", "kgo log level to stderr: none, error, warn, info, debug")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if c.bootstrap == "" || c.group == "" || c.in == "" || c.out == "" || c.txnID == "" {
+	if !c.Complete(true) {
 		fmt.Fprintln(os.Stderr, "chaos worker: --bootstrap, --group, --in, --out and --txn-id are required")
 		return 2
 	}
-	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.seed)), holds: map[string]time.Duration{}}
-	w.MD = client.NewShareGroupMetadata(c.group)
+	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.Seed)), holds: map[string]time.Duration{}}
+	w.MD = client.NewShareGroupMetadata(c.Group)
 	return w.run()
 }
 
@@ -114,7 +99,7 @@ func kgoLevel(s string) kgo.LogLevel {
 
 func (w *worker) common() []kgo.Opt {
 	return []kgo.Opt{
-		kgo.SeedBrokers(w.cfg.bootstrap),
+		kgo.SeedBrokers(w.cfg.Bootstrap),
 		kgo.ClientID("chaos-" + w.cfg.name),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgoLevel(w.cfg.logLevel), nil)),
 	}
@@ -131,13 +116,13 @@ func (w *worker) newProducer() (*kgo.Client, error) {
 		return nil, err
 	}
 	if id, epoch, ok := w.InitProducer(p, 30*time.Second); ok {
-		w.Say("INIT producer_id=%d epoch=%d txn_id=%s", id, epoch, w.cfg.txnID)
+		w.Say("INIT producer_id=%d epoch=%d txn_id=%s", id, epoch, w.cfg.TxnID)
 	}
 	return p, nil
 }
 
 func (w *worker) buildProducer() (*kgo.Client, error) {
-	return kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.txnID, w.cfg.txnTimeout, w.cfg.out)...)...)
+	return kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, w.cfg.txnTimeout, w.cfg.Out)...)...)
 }
 
 // recreateProducer replaces a producer that cannot go on (fenced, its abort
@@ -199,12 +184,7 @@ func (w *worker) run() int {
 	w.Listen(w.command)
 
 	var err error
-	w.Consumer, err = kgo.NewClient(append(append(w.common(),
-		kgo.ShareGroup(w.cfg.group),
-		kgo.ConsumeTopics(w.cfg.in),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.ShareMaxRecords(int32(w.cfg.maxPoll)),
-	), client.ClientOpts()...)...)
+	w.Consumer, err = kgo.NewClient(append(append(w.common(), w.cfg.ConsumerOpts()...), client.ClientOpts()...)...)
 	if err != nil {
 		w.Say("ERR consumer: %v", err)
 		return 1
@@ -215,7 +195,7 @@ func (w *worker) run() int {
 	}
 	w.Say("READY")
 
-	w.PollLoop(w.cfg.maxPoll, 2*time.Second, func(recs []*kgo.Record, polledAt time.Time) {
+	w.PollLoop(w.cfg.MaxPoll, 2*time.Second, func(recs []*kgo.Record, polledAt time.Time) {
 		w.polledAt = polledAt
 		w.hold("polled")
 		w.transact(recs)
@@ -283,7 +263,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 	held := err == nil && w.hold("staged")
 	// A transaction held on purpose always tries to commit: the fault is
 	// about what that commit does.
-	random := err == nil && !held && w.rng.Float64() < w.cfg.abortRate
+	random := err == nil && !held && w.rng.Float64() < w.cfg.AbortRate
 	if err == nil && !random {
 		t = time.Now()
 		cerr := w.Producer.EndTransaction(ctx, kgo.TryCommit)

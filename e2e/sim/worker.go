@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +55,55 @@ func TestMain(m interface{ Run() int }, roleEnv string, worker func(args []strin
 // with roleEnv=worker (see RunIfWorker).
 func WorkerEnv(roleEnv string) []string {
 	return append(os.Environ(), roleEnv+"="+WorkerArg)
+}
+
+// WorkerConfig is what every worker process is told on its command line
+// (a program adds its own flags).
+type WorkerConfig struct {
+	Bootstrap string // sharetx's bootstrap address
+	Group     string // the share group
+	In, Out   string // the input and output topics
+	TxnID     string // the transactional id
+	MaxPoll   int    // records per poll at most
+	AbortRate float64
+	Seed      int64
+}
+
+// Flags registers the configuration's flags on fs, with the program's
+// defaults for max-poll and abort-rate.
+func (c *WorkerConfig) Flags(fs *flag.FlagSet, maxPoll int, abortRate float64) {
+	fs.StringVar(&c.Bootstrap, "bootstrap", "", "sharetx's bootstrap address")
+	fs.StringVar(&c.Group, "group", "", "share group")
+	fs.StringVar(&c.In, "in", "", "input topic")
+	fs.StringVar(&c.Out, "out", "", "output topic")
+	fs.StringVar(&c.TxnID, "txn-id", "", "transactional id")
+	fs.IntVar(&c.MaxPoll, "max-poll", maxPoll, "records per poll at most")
+	fs.Float64Var(&c.AbortRate, "abort-rate", abortRate, "fraction of transactions aborted on purpose")
+	fs.Int64Var(&c.Seed, "seed", 1, "random seed")
+}
+
+// Args are the flags that give a worker this configuration.
+func (c WorkerConfig) Args() []string {
+	return []string{"--bootstrap", c.Bootstrap, "--group", c.Group, "--in", c.In, "--out", c.Out,
+		"--txn-id", c.TxnID, "--max-poll", fmt.Sprint(c.MaxPoll), "--abort-rate", fmt.Sprint(c.AbortRate),
+		"--seed", fmt.Sprint(c.Seed)}
+}
+
+// Complete reports whether bootstrap, group, in and out are set, and the
+// transactional id if txn.
+func (c WorkerConfig) Complete(txn bool) bool {
+	return c.Bootstrap != "" && c.Group != "" && c.In != "" && c.Out != "" && (!txn || c.TxnID != "")
+}
+
+// ConsumerOpts are the share consumer's options (to be added to the
+// worker's common ones).
+func (c WorkerConfig) ConsumerOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ShareGroup(c.Group),
+		kgo.ConsumeTopics(c.In),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.ShareMaxRecords(int32(c.MaxPoll)),
+	}
 }
 
 // Worker is what a consume-transform-produce worker process does whatever

@@ -381,9 +381,9 @@ func (m *modeRun) setup(ctx context.Context) error {
 		return err
 	}
 	for i := 0; i < o.Workers; i++ {
-		s := &slot{idx: i + 1, at: make(chan string, 4), cfg: workerConfig{mode: m.mode, bootstrap: m.d.stx.bootstrap, group: m.group,
-			in: m.in, out: m.out, txnID: fmt.Sprintf("demo-%s-w%d", m.mode, i+1), maxPoll: o.MaxPoll, recordTime: o.RecordTime,
-			abortRate: o.AbortRate}}
+		s := &slot{idx: i + 1, at: make(chan string, 4), cfg: workerConfig{mode: m.mode, recordTime: o.RecordTime,
+			WorkerConfig: sim.WorkerConfig{Bootstrap: m.d.stx.bootstrap, Group: m.group, In: m.in, Out: m.out,
+				TxnID: fmt.Sprintf("demo-%s-w%d", m.mode, i+1), MaxPoll: o.MaxPoll, AbortRate: o.AbortRate}}}
 		if err := m.startWorker(s); err != nil {
 			return err
 		}
@@ -400,7 +400,7 @@ func (m *modeRun) setup(ctx context.Context) error {
 // startWorker starts (or restarts) slot s's process. With the same
 // transactional id, a restart fences the killed incarnation.
 func (m *modeRun) startWorker(s *slot) error {
-	s.cfg.seed = m.d.rng.Int63()
+	s.cfg.Seed = m.d.rng.Int63()
 	s.ready = make(chan struct{})
 	ready := s.ready
 	var once sync.Once

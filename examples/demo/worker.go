@@ -52,21 +52,14 @@ const (
 )
 
 type workerConfig struct {
+	sim.WorkerConfig
 	mode       string
-	bootstrap  string
-	group      string
-	in, out    string
-	txnID      string
-	maxPoll    int
 	recordTime time.Duration
-	abortRate  float64
-	seed       int64
 }
 
 func (c workerConfig) args() []string {
-	return []string{"worker", "--mode", c.mode, "--bootstrap", c.bootstrap, "--group", c.group, "--in", c.in, "--out", c.out,
-		"--txn-id", c.txnID, "--max-poll", fmt.Sprint(c.maxPoll), "--record-time", c.recordTime.String(),
-		"--abort-rate", fmt.Sprint(c.abortRate), "--seed", fmt.Sprint(c.seed)}
+	args := append([]string{sim.WorkerArg, "--mode", c.mode}, c.WorkerConfig.Args()...)
+	return append(args, "--record-time", c.recordTime.String())
 }
 
 type worker struct {
@@ -84,25 +77,18 @@ func workerMain(args []string) int {
 	var c workerConfig
 	fs := flag.NewFlagSet("demo worker", flag.ContinueOnError)
 	fs.StringVar(&c.mode, "mode", modeEOS, "exactly-once or at-least-once")
-	fs.StringVar(&c.bootstrap, "bootstrap", "", "sharetx's bootstrap address")
-	fs.StringVar(&c.group, "group", "", "share group")
-	fs.StringVar(&c.in, "in", "", "input topic")
-	fs.StringVar(&c.out, "out", "", "output topic")
-	fs.StringVar(&c.txnID, "txn-id", "", "transactional id (exactly-once)")
-	fs.IntVar(&c.maxPoll, "max-poll", 20, "records per poll at most")
+	c.Flags(fs, 20, 0.1)
 	fs.DurationVar(&c.recordTime, "record-time", 30*time.Millisecond, "simulated processing time per record")
-	fs.Float64Var(&c.abortRate, "abort-rate", 0.1, "fraction of transactions aborted on purpose (exactly-once)")
-	fs.Int64Var(&c.seed, "seed", 1, "random seed")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if c.bootstrap == "" || c.group == "" || c.in == "" || c.out == "" || (c.mode == modeEOS && c.txnID == "") ||
+	if !c.Complete(c.mode == modeEOS) ||
 		(c.mode != modeEOS && c.mode != modeALO) {
 		fmt.Fprintln(os.Stderr, "demo worker: --mode exactly-once|at-least-once, --bootstrap, --group, --in, --out (and --txn-id) are required")
 		return 2
 	}
-	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.seed))}
-	w.MD = client.NewShareGroupMetadata(c.group)
+	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.Seed))}
+	w.MD = client.NewShareGroupMetadata(c.Group)
 	return w.run()
 }
 
@@ -133,7 +119,7 @@ func (w *worker) point(name string) {
 
 func (w *worker) common() []kgo.Opt {
 	return []kgo.Opt{
-		kgo.SeedBrokers(w.cfg.bootstrap),
+		kgo.SeedBrokers(w.cfg.Bootstrap),
 		kgo.ClientID("demo-worker"),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelWarn, nil)),
 	}
@@ -144,12 +130,7 @@ func (w *worker) run() int {
 	w.Listen(w.command)
 
 	var err error
-	consumerOpts := append(w.common(),
-		kgo.ShareGroup(w.cfg.group),
-		kgo.ConsumeTopics(w.cfg.in),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.ShareMaxRecords(int32(w.cfg.maxPoll)),
-	)
+	consumerOpts := append(w.common(), w.cfg.ConsumerOpts()...)
 	if w.cfg.mode == modeEOS {
 		consumerOpts = append(consumerOpts, client.ClientOpts()...)
 	}
@@ -161,7 +142,7 @@ func (w *worker) run() int {
 	if w.cfg.mode == modeEOS {
 		w.Producer, err = w.newTxnProducer()
 	} else {
-		w.Producer, err = kgo.NewClient(append(w.common(), kgo.DefaultProduceTopic(w.cfg.out), kgo.ProducerLinger(0))...)
+		w.Producer, err = kgo.NewClient(append(w.common(), kgo.DefaultProduceTopic(w.cfg.Out), kgo.ProducerLinger(0))...)
 	}
 	if err != nil {
 		w.Say("ERR producer: %v", err)
@@ -169,7 +150,7 @@ func (w *worker) run() int {
 	}
 	w.Say("READY")
 
-	w.PollLoop(w.cfg.maxPoll, time.Second, func(recs []*kgo.Record, _ time.Time) {
+	w.PollLoop(w.cfg.MaxPoll, time.Second, func(recs []*kgo.Record, _ time.Time) {
 		// The "transformation": simulated work, so that the run lasts long
 		// enough for the crashes to land in it.
 		time.Sleep(time.Duration(len(recs)) * w.cfg.recordTime)
@@ -193,7 +174,7 @@ func (w *worker) run() int {
 // left open, so its staged acknowledgements are dropped and its records
 // redelivered.
 func (w *worker) newTxnProducer() (*kgo.Client, error) {
-	p, err := kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.txnID, 20*time.Second, w.cfg.out)...)...)
+	p, err := kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, 20*time.Second, w.cfg.Out)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +225,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 	if err == nil {
 		w.point("produced")
 	}
-	if err == nil && w.rng.Float64() >= w.cfg.abortRate {
+	if err == nil && w.rng.Float64() >= w.cfg.AbortRate {
 		if cerr := w.Producer.EndTransaction(ctx, kgo.TryCommit); cerr == nil {
 			w.commits++
 			w.Say("TXN commit n=%d commits=%d aborts=%d", len(recs), w.commits, w.aborts)
