@@ -5,43 +5,20 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // TestMain lets the test binary be the worker too: the orchestrator
 // re-executes its own binary as `<binary> worker ...` with CHAOS_ROLE=worker.
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == "worker" && len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(workerMain(os.Args[2:]))
-	}
-	os.Exit(m.Run())
-}
-
-// testLog forwards the orchestrator's progress lines to t.Log until closed.
-type testLog struct {
-	mu     sync.Mutex
-	t      *testing.T
-	closed bool
-}
-
-func (l *testLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (l *testLog) close() {
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
+	sim.TestMain(m, roleEnv, workerMain)
 }
 
 // TestChaosShort: a short chaos run against the real cluster of
@@ -65,8 +42,8 @@ func TestChaosShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &testLog{t: t}
-	defer log.close()
+	log := &sim.LineLog{T: t}
+	defer log.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -141,11 +118,11 @@ func TestVerifierOnCluster(t *testing.T) {
 	name := fmt.Sprintf("chaos-verifier-%d", time.Now().UnixNano())
 	in, out, group := name+"-in", name+"-out", name
 	for _, topic := range []string{in, out} {
-		if err := createTopic(ctx, adm, topic, 1, rf); err != nil {
+		if err := sim.CreateTopic(ctx, adm, topic, 1, rf); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := setGroupConfigs(ctx, admin, group, map[string]string{"share.auto.offset.reset": "earliest"}); err != nil {
+	if err := sim.AlterConfigs(ctx, admin, kmsg.ConfigResourceTypeGroupConfig, group, map[string]string{"share.auto.offset.reset": "earliest"}); err != nil {
 		t.Fatal(err)
 	}
 	inputs, _, err := seedInputs(ctx, admin, in, "v", 5)
@@ -174,17 +151,17 @@ func TestVerifierOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	outputs, err := readAllCommitted(s, out, 2*time.Second, time.Minute)
+	outputs, err := orchestrator(s).ReadAllCommitted(out, 2*time.Second, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Count(inputs, outputs)
+	c := sim.Count(inputs, outputs)
 	if c.Out != 3 || c.Duplicates != 1 || c.Lost != 3 || c.Distinct != 2 || outputs[inputs[2]] != 0 {
 		t.Fatalf("output count %+v from %v: want 3 committed records, 1 duplicate, 3 lost, the aborted record not counted", c, outputs)
 	}
 
 	for round := 1; round <= 2; round++ {
-		got, lag, err := unackedRecords(s, group, in, 6*time.Second, 3*time.Second)
+		got, lag, err := orchestrator(s).Unacked(group, in, 6*time.Second+3*time.Second, 6*time.Second+3*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,11 +25,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // roleEnv makes a re-executed binary (this command, or the test binary) a
@@ -37,10 +38,7 @@ import (
 const roleEnv = "CHAOS_ROLE"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(workerMain(os.Args[2:]))
-	}
-	os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr))
+	sim.Main(workerMain, mainRun)
 }
 
 func mainRun(args []string, stdout, stderr io.Writer) int {

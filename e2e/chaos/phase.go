@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // commitInfo is one committed transaction's claim on an input record.
@@ -30,7 +33,7 @@ type workerSlot struct {
 	incarnation int // suffix of the transactional id
 	txnTimeout  time.Duration
 	starts      int
-	cur         *proc
+	cur         *sim.Proc
 	label       string // w<idx>#<start>
 
 	mu                    sync.Mutex
@@ -61,7 +64,7 @@ type phase struct {
 	where  map[poKey]string
 	proxy  []*proxyProc
 	slots  []*workerSlot
-	watch  *outputWatcher
+	watch  *sim.OutputWatcher
 	res    PhaseResult
 	failed bool // set up failed: nothing to verify
 
@@ -123,13 +126,13 @@ func (p *phase) run(ctx context.Context) func() PhaseResult {
 	deadline := time.Now().Add(o.Timeout)
 	lastProgress := time.Now()
 	for {
-		distinct, total, _ := p.watch.snapshot()
+		distinct, total, _ := p.watch.Snapshot()
 		if faultDone == nil && distinct >= trigger {
 			faultDone = make(chan struct{})
 			p.say("%d/%d outputs committed: injecting %s", distinct, p.n, p.fault)
 			go func() { defer close(faultDone); p.inject(ctx) }()
 		}
-		done := distinct >= p.n && faultDone != nil && closed(faultDone)
+		done := distinct >= p.n && faultDone != nil && sim.Closed(faultDone)
 		if time.Since(lastProgress) >= 5*time.Second || done {
 			p.progress(distinct, total)
 			lastProgress = time.Now()
@@ -149,22 +152,13 @@ func (p *phase) run(ctx context.Context) func() PhaseResult {
 	}
 	// Let transactions in flight finish (a late duplicate shows up here).
 	time.Sleep(2 * time.Second)
-	if faultDone != nil && !closed(faultDone) {
+	if faultDone != nil && !sim.Closed(faultDone) {
 		p.say("waiting for the fault injection to finish")
 		<-faultDone
 	}
 	p.teardown()
 	p.res.Seconds = p.since().Seconds()
 	return p.verify
-}
-
-func closed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 func (p *phase) skipReason() string {
@@ -192,7 +186,7 @@ func (p *phase) progress(distinct, total int) {
 	for _, s := range p.slots {
 		sc, sa := s.txns()
 		c, a = c+sc, a+sa
-		if s.cur != nil && !s.cur.exited() {
+		if s.cur != nil && !s.cur.Exited() {
 			up++
 		}
 	}
@@ -205,13 +199,13 @@ func (p *phase) setup(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for _, t := range []string{p.in, p.out} {
-		if err := createTopic(sctx, p.r.adm, t, 3, p.r.rf); err != nil {
+		if err := sim.CreateTopic(sctx, p.r.adm, t, 3, p.r.rf); err != nil {
 			return err
 		}
 	}
 	// earliest: the inputs are produced before the group exists; a high
 	// delivery limit: aborts and redeliveries must not archive inputs.
-	if err := setGroupConfigs(sctx, p.r.admin, p.group, map[string]string{
+	if err := sim.AlterConfigs(sctx, p.r.admin, kmsg.ConfigResourceTypeGroupConfig, p.group, map[string]string{
 		"share.auto.offset.reset":       "earliest",
 		"share.delivery.count.limit":    "10",
 		"share.record.lock.duration.ms": strconv.FormatInt(p.lock.Milliseconds(), 10),
@@ -228,7 +222,7 @@ func (p *phase) setup(ctx context.Context) error {
 		return err
 	}
 	p.say("%d inputs produced", p.n)
-	if p.watch, err = watchOutput(o.Seeds, p.out); err != nil {
+	if p.watch, err = orchestrator(o.Seeds).WatchOutput(p.out); err != nil {
 		return err
 	}
 	for i := 0; i < o.Proxies; i++ {
@@ -265,7 +259,7 @@ func (p *phase) startProxy(pp *proxyProc) error {
 		return err
 	}
 	start := pp.starts
-	pp.p.onUnexpectedExit(func(err error) {
+	pp.p.OnUnexpectedExit(func(err error) {
 		p.fail("%s (start %d) exited on its own (%v): see %s", pp.id, start, err, filepath.Join(p.dir, fmt.Sprintf("proxy-%d.log", pp.idx)))
 	})
 	return nil
@@ -293,26 +287,26 @@ func (p *phase) txnID(s *workerSlot) string {
 func (p *phase) startWorker(s *workerSlot) error {
 	s.starts++
 	label := fmt.Sprintf("w%d#%d", s.idx, s.starts-1)
-	cfg := workerConfig{name: fmt.Sprintf("%s-%s", p.fault, label), bootstrap: s.proxy.bootstrap, group: p.group, in: p.in, out: p.out,
-		txnID: p.txnID(s), maxPoll: p.maxPoll(), abortRate: p.r.o.AbortRate, txnTimeout: s.txnTimeout,
-		seed: int64(p.r.intn(1 << 30)), logLevel: p.r.o.KgoLog}
+	cfg := workerConfig{name: fmt.Sprintf("%s-%s", p.fault, label), WorkerConfig: sim.WorkerConfig{Bootstrap: s.proxy.bootstrap,
+		Group: p.group, In: p.in, Out: p.out, TxnID: p.txnID(s), MaxPoll: p.maxPoll(), AbortRate: p.r.o.AbortRate,
+		Seed: int64(p.r.intn(1 << 30))}, txnTimeout: s.txnTimeout, logLevel: p.r.o.KgoLog}
 	ready := make(chan struct{})
 	var once sync.Once
 	s.mu.Lock()
 	s.curCommits, s.curAborts = 0, 0
 	s.mu.Unlock()
-	env := append(os.Environ(), roleEnv+"=worker")
-	pr, err := startProc(label, p.r.selfBin, cfg.args(), env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
+	env := sim.WorkerEnv(roleEnv)
+	pr, err := sim.StartProc(label, p.r.selfBin, cfg.args(), env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
 		func(line string) { p.onWorkerLine(s, label, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err
 	}
 	s.cur, s.label = pr, label
-	pr.onUnexpectedExit(func(err error) {
+	pr.OnUnexpectedExit(func(err error) {
 		p.fail("worker %s exited on its own (%v): see %s", label, err, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)))
 	})
 	go func() {
-		<-pr.done
+		<-pr.Done()
 		s.mu.Lock()
 		s.doneCommits += s.curCommits
 		s.doneAbts += s.curAborts
@@ -322,8 +316,8 @@ func (p *phase) startWorker(s *workerSlot) error {
 	select {
 	case <-ready:
 		return nil
-	case <-pr.done:
-		return fmt.Errorf("worker %s exited during start-up: %v", label, pr.err)
+	case <-pr.Done():
+		return fmt.Errorf("worker %s exited during start-up: %v", label, pr.Err())
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("worker %s not ready after 30s", label)
 	}
@@ -351,7 +345,7 @@ func (p *phase) onWorkerLine(s *workerSlot, label, line string, ready func()) {
 				part, _ := strconv.Atoi(f[0])
 				off, _ := strconv.ParseInt(f[1], 10, 64)
 				dc, _ := strconv.Atoi(f[2])
-				k := poKey{int32(part), off}
+				k := poKey{Partition: int32(part), Offset: off}
 				p.commits[k] = append(p.commits[k], commitInfo{worker: label, delivery: dc, at: at})
 			}
 			p.mu.Unlock()
@@ -392,13 +386,13 @@ func fields(line string) map[string]string {
 // proxies.
 func (p *phase) teardown() {
 	for _, s := range p.slots {
-		if s.cur != nil && !s.cur.exited() {
-			s.cur.signal(syscall.SIGCONT)
-			s.cur.stop()
+		if s.cur != nil && !s.cur.Exited() {
+			s.cur.Signal(syscall.SIGCONT)
+			s.cur.Stop()
 		}
 	}
 	for _, s := range p.slots {
-		if s.cur != nil && !s.cur.wait(30*time.Second) {
+		if s.cur != nil && !s.cur.Wait(30*time.Second) {
 			p.fail("worker %s did not stop within 30s: killed", s.label)
 		}
 	}
@@ -408,7 +402,7 @@ func (p *phase) teardown() {
 	for {
 		pending := 0.0
 		for _, pp := range p.proxy {
-			if pp.p == nil || pp.p.exited() {
+			if pp.p == nil || pp.p.Exited() {
 				continue
 			}
 			if m, err := pp.scrape(); err == nil {
@@ -425,21 +419,21 @@ func (p *phase) teardown() {
 		time.Sleep(500 * time.Millisecond)
 	}
 	for _, pp := range p.proxy {
-		if pp.p == nil || pp.p.exited() {
+		if pp.p == nil || pp.p.Exited() {
 			continue
 		}
 		if m, err := pp.scrape(); err == nil {
 			p.note("%s (start %d) metrics: %s", pp.id, pp.starts, kipSummary(m))
 		}
-		pp.p.signal(syscall.SIGTERM)
+		pp.p.Signal(syscall.SIGTERM)
 	}
 	for _, pp := range p.proxy {
-		if pp.p != nil && !pp.p.wait(20*time.Second) {
+		if pp.p != nil && !pp.p.Wait(20*time.Second) {
 			p.fail("%s did not stop within 20s of SIGTERM: killed", pp.id)
 		}
 	}
 	if p.watch != nil {
-		p.watch.close()
+		p.watch.Close()
 	}
 	var c, a int
 	for _, s := range p.slots {
@@ -467,11 +461,11 @@ func (p *phase) verify() PhaseResult {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		outputs, readErr = readAllCommitted(o.Seeds, p.out, 3*time.Second, 2*time.Minute)
+		outputs, readErr = orchestrator(o.Seeds).ReadAllCommitted(p.out, 3*time.Second, 2*time.Minute)
 	}()
 	go func() {
 		defer wg.Done()
-		unacked, lag, unackErr = unackedRecords(o.Seeds, p.group, p.in, 6*time.Second, p.lock+3*time.Second)
+		unacked, lag, unackErr = orchestrator(o.Seeds).Unacked(p.group, p.in, 6*time.Second+p.lock+3*time.Second, 6*time.Second+p.lock+3*time.Second)
 	}()
 	wg.Wait()
 	if readErr != nil {
@@ -480,7 +474,7 @@ func (p *phase) verify() PhaseResult {
 	if unackErr != nil {
 		p.fail("share group check: %v", unackErr)
 	}
-	p.res.Counts = Count(p.ids, outputs)
+	p.res.Counts = sim.Count(p.ids, outputs)
 	// Unacked: what the fresh member was handed, or the group's lag if
 	// that is more (records still locked by someone when it looked).
 	p.res.Unacked = len(unacked)
@@ -523,7 +517,7 @@ func (p *phase) diagnose() {
 		for _, c := range p.commits[k] {
 			parts = append(parts, fmt.Sprintf("%s delivery %d at %.1fs", c.worker, c.delivery, c.at.Seconds()))
 		}
-		s := fmt.Sprintf("duplicate %s (partition %d offset %d) committed by: %s", id, k.p, k.off, strings.Join(parts, "; "))
+		s := fmt.Sprintf("duplicate %s (partition %d offset %d) committed by: %s", id, k.Partition, k.Offset, strings.Join(parts, "; "))
 		if len(p.commits[k]) < 2 {
 			s += " (fewer commits reported than outputs: a worker died with a commit in flight)"
 		}
@@ -578,10 +572,10 @@ func (p *phase) workerKill() {
 	for i, k := range plan {
 		if i > 0 {
 			// Let the work go on a little between kills.
-			d0, _, _ := p.watch.snapshot()
+			d0, _, _ := p.watch.Snapshot()
 			until := time.Now().Add(5 * time.Second)
 			for time.Now().Before(until) {
-				if d, _, _ := p.watch.snapshot(); d >= min(p.n, d0+p.n/10) {
+				if d, _, _ := p.watch.Snapshot(); d >= min(p.n, d0+p.n/10) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -592,8 +586,8 @@ func (p *phase) workerKill() {
 			p.note("worker %s did not reach %q (no work left?): kill %d skipped", s.label, k.point, i+1)
 			continue
 		}
-		pid := s.cur.pid()
-		s.cur.kill9()
+		pid := s.cur.Pid()
+		s.cur.Kill9()
 		old := p.txnID(s)
 		if k.newID {
 			s.incarnation++
@@ -618,7 +612,7 @@ func (p *phase) workerKill() {
 // It gives up early once every input is in the output: no work is left.
 func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool {
 	drainHolds(s)
-	if err := s.cur.send("hold " + point + " " + d); err != nil {
+	if err := s.cur.Send("hold " + point + " " + d); err != nil {
 		return false
 	}
 	deadline := time.Now().Add(wait)
@@ -626,7 +620,7 @@ func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool 
 		if waitHold(s, "HOLD "+point, 250*time.Millisecond) {
 			return true
 		}
-		if d, _, _ := p.watch.snapshot(); d >= p.n {
+		if d, _, _ := p.watch.Snapshot(); d >= p.n {
 			return false
 		}
 	}
@@ -656,8 +650,8 @@ func (p *phase) proxyKill() {
 			where = fmt.Sprintf("(worker %s did not reach \"staged\" within 15s)", target.label)
 		}
 	}
-	pid := pp.p.pid()
-	pp.p.kill9()
+	pid := pp.p.Pid()
+	pp.p.Kill9()
 	p.note("kill -9 %s (pid %d) %s; its workers %s lose their connections", pp.id, pid, where, p.workersOf(pp))
 	time.Sleep(2 * time.Second)
 	t := time.Now()
@@ -728,13 +722,13 @@ func (p *phase) workerStall() {
 				p.note("worker %s never reached %q within 30s: not stalled", s.label, t.point)
 				return
 			}
-			s.cur.signal(syscall.SIGSTOP)
-			p.note("SIGSTOP worker %s (pid %d) at %q for %s (acquisition lock %s)", s.label, s.cur.pid(), t.point, p.stallFor(), p.lock)
+			s.cur.Signal(syscall.SIGSTOP)
+			p.note("SIGSTOP worker %s (pid %d) at %q for %s (acquisition lock %s)", s.label, s.cur.Pid(), t.point, p.stallFor(), p.lock)
 			time.Sleep(p.stallFor())
 			s.mu.Lock()
 			before := s.lastTxn
 			s.mu.Unlock()
-			s.cur.signal(syscall.SIGCONT)
+			s.cur.Signal(syscall.SIGCONT)
 			p.note("SIGCONT worker %s", s.label)
 			p.noteNextTxn(s, before)
 		}()

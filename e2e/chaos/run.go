@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // allFaults, in the order phases run.
@@ -168,7 +170,7 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	r.sharetxBin = o.SharetxBin
 	if r.sharetxBin == "" {
 		r.say("building ./cmd/sharetx into %s", r.o.WorkDir)
-		if r.sharetxBin, err = buildSharetx(ctx, r.o.WorkDir); err != nil {
+		if r.sharetxBin, err = sim.BuildSharetx(ctx, r.o.WorkDir); err != nil {
 			return nil, err
 		}
 	}
@@ -190,7 +192,7 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	}
 	// Per proxy: bootstrap at base, broker node N at base+N, metrics after.
 	r.portBlock = int(maxID) + 2
-	r.portBase, err = freePortBlock(r.portBlock*o.Proxies, r.intn)
+	r.portBase, err = sim.FreePortBlock(r.portBlock*o.Proxies, r.intn)
 	if err != nil {
 		return nil, err
 	}

@@ -23,54 +23,37 @@ package main
 // kgo's own warnings go to stderr.
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/client"
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 type workerConfig struct {
+	sim.WorkerConfig
 	name       string
-	bootstrap  string
-	group      string
-	in, out    string
-	txnID      string
-	maxPoll    int
-	abortRate  float64
 	txnTimeout time.Duration
-	seed       int64
 	logLevel   string
 }
 
 func (c workerConfig) args() []string {
-	return []string{"worker",
-		"--name", c.name, "--bootstrap", c.bootstrap, "--group", c.group, "--in", c.in, "--out", c.out,
-		"--txn-id", c.txnID, "--max-poll", fmt.Sprint(c.maxPoll), "--abort-rate", fmt.Sprint(c.abortRate),
-		"--txn-timeout", c.txnTimeout.String(), "--seed", fmt.Sprint(c.seed), "--kgo-log", c.logLevel}
+	args := append([]string{sim.WorkerArg, "--name", c.name}, c.WorkerConfig.Args()...)
+	return append(args, "--txn-timeout", c.txnTimeout.String(), "--kgo-log", c.logLevel)
 }
 
 type worker struct {
-	cfg      workerConfig
-	rng      *rand.Rand
-	consumer *kgo.Client
-	producer *kgo.Client
-	md       client.ShareGroupMetadata
-
-	outMu sync.Mutex
-	stop  atomic.Bool
+	sim.Worker
+	cfg workerConfig
+	rng *rand.Rand
 
 	holdMu sync.Mutex
 	holds  map[string]time.Duration
@@ -85,25 +68,18 @@ func workerMain(args []string) int {
 	var c workerConfig
 	fs := flag.NewFlagSet("chaos worker", flag.ContinueOnError)
 	fs.StringVar(&c.name, "name", "worker", "name in logs")
-	fs.StringVar(&c.bootstrap, "bootstrap", "", "the proxy's bootstrap address")
-	fs.StringVar(&c.group, "group", "", "share group")
-	fs.StringVar(&c.in, "in", "", "input topic")
-	fs.StringVar(&c.out, "out", "", "output topic")
-	fs.StringVar(&c.txnID, "txn-id", "", "transactional id")
-	fs.IntVar(&c.maxPoll, "max-poll", 50, "records per poll at most")
-	fs.Float64Var(&c.abortRate, "abort-rate", 0.15, "fraction of transactions aborted on purpose")
+	c.Flags(fs, 50, 0.15)
 	fs.DurationVar(&c.txnTimeout, "txn-timeout", 20*time.Second, "transaction timeout")
-	fs.Int64Var(&c.seed, "seed", 1, "random seed")
 	fs.StringVar(&c.logLevel, "kgo-log", "warn", "kgo log level to stderr: none, error, warn, info, debug")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if c.bootstrap == "" || c.group == "" || c.in == "" || c.out == "" || c.txnID == "" {
+	if !c.Complete(true) {
 		fmt.Fprintln(os.Stderr, "chaos worker: --bootstrap, --group, --in, --out and --txn-id are required")
 		return 2
 	}
-	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.seed)), holds: map[string]time.Duration{},
-		md: client.NewShareGroupMetadata(c.group)}
+	w := &worker{cfg: c, rng: rand.New(rand.NewSource(c.Seed)), holds: map[string]time.Duration{}}
+	w.MD = client.NewShareGroupMetadata(c.Group)
 	return w.run()
 }
 
@@ -121,15 +97,9 @@ func kgoLevel(s string) kgo.LogLevel {
 	return kgo.LogLevelWarn
 }
 
-func (w *worker) say(format string, args ...any) {
-	w.outMu.Lock()
-	defer w.outMu.Unlock()
-	fmt.Fprintf(os.Stdout, format+"\n", args...)
-}
-
 func (w *worker) common() []kgo.Opt {
 	return []kgo.Opt{
-		kgo.SeedBrokers(w.cfg.bootstrap),
+		kgo.SeedBrokers(w.cfg.Bootstrap),
 		kgo.ClientID("chaos-" + w.cfg.name),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgoLevel(w.cfg.logLevel), nil)),
 	}
@@ -145,79 +115,52 @@ func (w *worker) newProducer() (*kgo.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		id, epoch, err := p.ProducerID(ctx)
-		cancel()
-		if err == nil {
-			w.say("INIT producer_id=%d epoch=%d txn_id=%s", id, epoch, w.cfg.txnID)
-			return p, nil
-		}
-		w.say("ERR InitProducerId (attempt %d): %v", attempt, err)
-		if attempt == 5 {
-			return p, nil // kgo retries on the first produce
-		}
-		time.Sleep(time.Second)
+	if id, epoch, ok := w.InitProducer(p, 30*time.Second); ok {
+		w.Say("INIT producer_id=%d epoch=%d txn_id=%s", id, epoch, w.cfg.TxnID)
 	}
+	return p, nil
 }
 
 func (w *worker) buildProducer() (*kgo.Client, error) {
-	return kgo.NewClient(append(append(w.common(),
-		kgo.TransactionalID(w.cfg.txnID),
-		kgo.TransactionTimeout(w.cfg.txnTimeout),
-		kgo.DefaultProduceTopic(w.cfg.out),
-		// A produce right after the previous commit may get
-		// CONCURRENT_TRANSACTIONS (markers still being written); kgo
-		// retries it after a metadata refresh, which MetadataMinAge
-		// (default 5s) would delay.
-		kgo.MetadataMinAge(250*time.Millisecond),
-	), client.ClientOpts()...)...)
+	return kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, w.cfg.txnTimeout, w.cfg.Out)...)...)
 }
 
 // recreateProducer replaces a producer that cannot go on (fenced, its abort
 // failed, or transactions keep failing): a new InitProducerId for the same
 // transactional id bumps the epoch and aborts whatever the old one left open.
 func (w *worker) recreateProducer(why string) {
-	w.say("ERR recreating the producer: %s", why)
-	old := w.producer
+	w.Say("ERR recreating the producer: %s", why)
+	old := w.Producer
 	done := make(chan struct{})
 	go func() { old.Close(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		w.say("ERR closing the old producer takes more than 10s; going on")
+		w.Say("ERR closing the old producer takes more than 10s; going on")
 	}
 	p, err := w.newProducer()
 	if err != nil {
-		w.say("ERR new producer: %v", err)
+		w.Say("ERR new producer: %v", err)
 		os.Exit(1)
 	}
-	w.producer = p
+	w.Producer = p
 	w.failedInARow = 0
 }
 
-func (w *worker) readCommands() {
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		switch {
-		case len(f) == 1 && f[0] == "stop":
-			w.stop.Store(true)
-		case len(f) == 3 && f[0] == "hold":
-			d, err := time.ParseDuration(f[2])
-			if err != nil {
-				w.say("ERR bad command %q: %v", sc.Text(), err)
-				continue
-			}
-			w.holdMu.Lock()
-			w.holds[f[1]] = d
-			w.holdMu.Unlock()
-		case len(f) > 0:
-			w.say("ERR unknown command %q", sc.Text())
-		}
+// command handles a command line from the orchestrator other than stop.
+func (w *worker) command(f []string, line string) bool {
+	if len(f) != 3 || f[0] != "hold" {
+		return false
 	}
-	// The orchestrator is gone (or closed our stdin): stop.
-	w.stop.Store(true)
+	d, err := time.ParseDuration(f[2])
+	if err != nil {
+		w.Say("ERR bad command %q: %v", line, err)
+		return true
+	}
+	w.holdMu.Lock()
+	w.holds[f[1]] = d
+	w.holdMu.Unlock()
+	return true
 }
 
 // hold sleeps at point if the orchestrator asked for it, and reports
@@ -230,65 +173,39 @@ func (w *worker) hold(point string) bool {
 	if !ok {
 		return false
 	}
-	w.say("HOLD %s", point)
+	w.Say("HOLD %s", point)
 	time.Sleep(d)
-	w.say("HOLD-END %s", point)
+	w.Say("HOLD-END %s", point)
 	return true
 }
 
 func (w *worker) run() int {
-	// SIGTERM/SIGINT: the same as "stop".
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	go func() { <-sigs; w.stop.Store(true) }()
-	go w.readCommands()
+	// SIGTERM/SIGINT and the end of stdin: the same as "stop".
+	w.Listen(w.command)
 
 	var err error
-	w.consumer, err = kgo.NewClient(append(append(w.common(),
-		kgo.ShareGroup(w.cfg.group),
-		kgo.ConsumeTopics(w.cfg.in),
-		kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.ShareMaxRecords(int32(w.cfg.maxPoll)),
-	), client.ClientOpts()...)...)
+	w.Consumer, err = kgo.NewClient(append(append(w.common(), w.cfg.ConsumerOpts()...), client.ClientOpts()...)...)
 	if err != nil {
-		w.say("ERR consumer: %v", err)
+		w.Say("ERR consumer: %v", err)
 		return 1
 	}
-	if w.producer, err = w.newProducer(); err != nil {
-		w.say("ERR producer: %v", err)
+	if w.Producer, err = w.newProducer(); err != nil {
+		w.Say("ERR producer: %v", err)
 		return 1
 	}
-	w.say("READY")
+	w.Say("READY")
 
-	for !w.stop.Load() {
-		pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		fs := w.consumer.PollRecords(pctx, w.cfg.maxPoll)
-		cancel()
-		w.polledAt = time.Now()
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				w.say("ERR poll %s/%d: %v", t, p, err)
-			}
-		})
-		recs := fs.Records()
-		if len(recs) == 0 {
-			continue
-		}
+	w.PollLoop(w.cfg.MaxPoll, 2*time.Second, func(recs []*kgo.Record, polledAt time.Time) {
+		w.polledAt = polledAt
 		w.hold("polled")
 		w.transact(recs)
-	}
+	})
 
 	// Close: kgo releases what it still holds (records of the last poll
 	// were committed or released already; the proxy absorbs client acks of
 	// committed offsets).
-	done := make(chan struct{})
-	go func() { w.consumer.Close(); w.producer.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		w.say("ERR closing the clients takes more than 20s")
-	}
-	w.say("EXIT commits=%d aborts=%d", w.commits, w.aborts)
+	w.CloseClients(20 * time.Second)
+	w.Say("EXIT commits=%d aborts=%d", w.commits, w.aborts)
 	return 0
 }
 
@@ -315,31 +232,30 @@ func (w *worker) transact(recs []*kgo.Record) {
 	lap := func(d *time.Duration) { *d = time.Since(t); t = time.Now() }
 
 	var err error
-	if berr := w.producer.BeginTransaction(); berr != nil {
+	if berr := w.Producer.BeginTransaction(); berr != nil {
 		// Not in a transaction: nothing to abort. A producer that cannot
 		// begin is broken (fenced, or a failed transaction was not ended).
 		w.recreateProducer("begin: " + berr.Error())
-		if berr = w.producer.BeginTransaction(); berr != nil {
-			w.say("ERR begin after recreate: %v", berr)
+		if berr = w.Producer.BeginTransaction(); berr != nil {
+			w.Say("ERR begin after recreate: %v", berr)
 			client.ReleaseForRedelivery(recs...)
 			w.aborts++
-			w.say("TXN abort n=%d commits=%d aborts=%d reason=%s", len(recs), w.commits, w.aborts, oneLine("begin: "+berr.Error()))
+			w.Say("TXN abort n=%d commits=%d aborts=%d reason=%s", len(recs), w.commits, w.aborts, sim.OneLine("begin: "+berr.Error()))
 			return
 		}
 	}
-	outs := make([]*kgo.Record, len(recs))
+	outs := sim.Outputs(recs)
 	acks := client.NewShareAcknowledgements()
-	for i, r := range recs {
-		outs[i] = &kgo.Record{Key: r.Value, Value: r.Value}
+	for _, r := range recs {
 		acks.Add(r, client.Accept)
 	}
 	t = time.Now()
-	if perr := w.producer.ProduceSync(ctx, outs...).FirstErr(); perr != nil {
+	if perr := w.Producer.ProduceSync(ctx, outs...).FirstErr(); perr != nil {
 		err = fail("produce", perr)
 	}
 	lap(&tProduce)
 	if err == nil {
-		if serr := client.SendShareAcknowledgementsToTransaction(ctx, w.producer, acks, w.md); serr != nil {
+		if serr := client.SendShareAcknowledgementsToTransaction(ctx, w.Producer, acks, w.MD); serr != nil {
 			err = fail("TxnShareAcknowledge", serr)
 		}
 		lap(&tAck)
@@ -347,15 +263,15 @@ func (w *worker) transact(recs []*kgo.Record) {
 	held := err == nil && w.hold("staged")
 	// A transaction held on purpose always tries to commit: the fault is
 	// about what that commit does.
-	random := err == nil && !held && w.rng.Float64() < w.cfg.abortRate
+	random := err == nil && !held && w.rng.Float64() < w.cfg.AbortRate
 	if err == nil && !random {
 		t = time.Now()
-		cerr := w.producer.EndTransaction(ctx, kgo.TryCommit)
+		cerr := w.Producer.EndTransaction(ctx, kgo.TryCommit)
 		lap(&tEnd)
 		if cerr == nil {
 			w.commits++
 			w.failedInARow = 0
-			w.say("TXN commit n=%d commits=%d aborts=%d ms=%s recs=%s", len(recs), w.commits, w.aborts, ms(), recList(recs))
+			w.Say("TXN commit n=%d commits=%d aborts=%d ms=%s recs=%s", len(recs), w.commits, w.aborts, ms(), recList(recs))
 			w.hold("committed")
 			return
 		}
@@ -370,7 +286,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 		w.failedInARow++
 	}
 	t = time.Now()
-	aerr := w.producer.EndTransaction(ctx, kgo.TryAbort)
+	aerr := w.Producer.EndTransaction(ctx, kgo.TryAbort)
 	lap(&tEnd)
 	if aerr != nil {
 		w.recreateProducer("abort: " + aerr.Error())
@@ -381,12 +297,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 	// by the next poll.
 	client.ReleaseForRedelivery(recs...)
 	w.aborts++
-	w.say("TXN abort n=%d commits=%d aborts=%d ms=%s recs=%s reason=%s", len(recs), w.commits, w.aborts, ms(), recList(recs), oneLine(reason))
-}
-
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	return s
+	w.Say("TXN abort n=%d commits=%d aborts=%d ms=%s recs=%s reason=%s", len(recs), w.commits, w.aborts, ms(), recList(recs), sim.OneLine(reason))
 }
 
 // recList is partition:offset:deliveryCount of every record, for the

@@ -4,40 +4,16 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // TestMain lets the test binary be the worker too: the demo re-executes its
 // own binary as `<binary> worker ...` with DEMO_ROLE=worker.
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == "worker" && len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(workerMain(os.Args[2:]))
-	}
-	os.Exit(m.Run())
-}
-
-// lineLog forwards the demo's progress lines to t.Log.
-type lineLog struct {
-	mu  sync.Mutex
-	t   *testing.T
-	buf bytes.Buffer
-}
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Write(p)
-	for {
-		line, err := l.buf.ReadString('\n')
-		if err != nil {
-			l.buf.WriteString(line)
-			return len(p), nil
-		}
-		l.t.Log(strings.TrimSuffix(line, "\n"))
-	}
+	sim.TestMain(m, roleEnv, workerMain)
 }
 
 // TestDemoShort runs a short demo (600 records, both modes, 5 kill -9 each,
@@ -57,7 +33,7 @@ func TestDemoShort(t *testing.T) {
 	o.Seed = 7
 	o.Timeout = time.Minute
 	o.Quiet = 3 * time.Second
-	o.Out = &lineLog{t: t}
+	o.Out = &sim.LineLog{T: t}
 	dir, err := os.MkdirTemp("", "sharetx-demo-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +56,7 @@ func TestDemoShort(t *testing.T) {
 	eos, alo := results[0], results[1]
 	if eos.Duplicates != 0 || eos.Lost != 0 || eos.Unexpected != 0 || eos.Out != o.Records {
 		t.Errorf("exactly-once: out %d, duplicates %d (%v), lost %d (%v), unexpected %d; want every one of %d inputs once",
-			eos.Out, eos.Duplicates, eos.DupIDs, eos.Lost, eos.LostIDs, eos.Unexpected, o.Records)
+			eos.Out, eos.Duplicates, eos.DuplicateIDs, eos.Lost, eos.LostIDs, eos.Unexpected, o.Records)
 	}
 	if !eos.Drained() {
 		t.Errorf("exactly-once: the share group is not drained: a fresh member got %d records, lag %d", eos.Leftover, eos.Lag)

@@ -28,11 +28,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // roleEnv makes a re-executed binary (this command, or the test binary) a
@@ -40,10 +41,7 @@ import (
 const roleEnv = "DEMO_ROLE"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(workerMain(os.Args[2:]))
-	}
-	os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr))
+	sim.Main(workerMain, mainRun)
 }
 
 func mainRun(args []string, stdout, stderr io.Writer) int {
@@ -219,8 +217,8 @@ to it, so the inputs were redelivered and their outputs committed once.`)
 		for _, e := range r.Errors {
 			fmt.Fprintf(w, "  %s: %s\n", r.Mode, e)
 		}
-		if len(r.DupIDs) > 0 {
-			fmt.Fprintf(w, "  %s: duplicated ids: %s\n", r.Mode, sample(r.DupIDs, 8))
+		if len(r.DuplicateIDs) > 0 {
+			fmt.Fprintf(w, "  %s: duplicated ids: %s\n", r.Mode, sample(r.DuplicateIDs, 8))
 		}
 		if len(r.LostIDs) > 0 {
 			fmt.Fprintf(w, "  %s: lost ids: %s\n", r.Mode, sample(r.LostIDs, 8))

@@ -8,17 +8,17 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // Options of one demo run.
@@ -85,13 +85,10 @@ func makePlan(o Options, rng *rand.Rand) []crash {
 
 // Result of one mode.
 type Result struct {
-	Mode         string
-	In           int // inputs
-	Out          int // committed output records
-	Distinct     int // distinct input ids among them
-	Duplicates   int // output records beyond the first of each id
-	Lost         int // inputs with no output record
-	Unexpected   int // output records that are no input
+	Mode string
+	// In, Out, Distinct, Duplicates, Lost, Unexpected and the duplicated
+	// and lost ids: the output counted per input id.
+	sim.Counts
 	TxnCommitted int // exactly-once: as reported by the workers
 	TxnAborted   int
 	AckBatches   int // at-least-once: polls acknowledged
@@ -107,8 +104,6 @@ type Result struct {
 	Lag            int64          // the share group's lag afterwards (-1: unknown)
 	Seconds        float64
 	Errors         []string
-	DupIDs         []string
-	LostIDs        []string
 	LogDir         string
 }
 
@@ -207,32 +202,9 @@ func Run(ctx context.Context, o Options) (results []Result, logDir string, err e
 }
 
 func (d *demo) alterConfigs(ctx context.Context, ty kmsg.ConfigResourceType, name string, kv map[string]string) error {
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = ty, name
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name, c.Value = k, kmsg.StringPtr(kv[k])
-		res.Configs = append(res.Configs, c)
-	}
-	req.Resources = append(req.Resources, res)
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := req.RequestWith(actx, d.admin)
-	if err != nil {
-		return fmt.Errorf("alter configs %v: %w", kv, err)
-	}
-	for _, r := range resp.Resources {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			return fmt.Errorf("alter configs %v: %w", kv, err)
-		}
-	}
-	return nil
+	return sim.AlterConfigs(actx, d.admin, ty, name, kv)
 }
 
 // ---------------------------------------------------------------- one mode
@@ -251,8 +223,7 @@ type slot struct {
 
 // incarnation is one process of a slot.
 type incarnation struct {
-	*proc
-	ending atomic.Bool // the demo killed or stopped it: its exit is expected
+	*sim.Proc // ended by the demo (kill -9, stop): its exit is expected
 
 	mu sync.Mutex
 	n  [3]int // commits, aborts, batches, as it last reported them
@@ -281,7 +252,7 @@ type modeRun struct {
 	group   string
 	ids     []string
 	slots   []*slot
-	watch   *outputWatcher
+	watch   *sim.OutputWatcher
 	res     Result
 	mu      sync.Mutex
 	crashes int
@@ -302,7 +273,7 @@ func (m *modeRun) fail(format string, args ...any) {
 func (d *demo) runMode(ctx context.Context, mode string) Result {
 	o := d.o
 	m := &modeRun{d: d, mode: mode, dir: filepath.Join(d.dir, mode), in: "demo-" + mode + "-in", out: "demo-" + mode + "-out",
-		group: "demo-" + mode, res: Result{Mode: mode, In: o.Records, CrashKinds: map[string]int{}, Lag: -1}}
+		group: "demo-" + mode, res: Result{Mode: mode, Counts: sim.Counts{In: o.Records}, CrashKinds: map[string]int{}, Lag: -1}}
 	m.res.LogDir = m.dir
 	start := time.Now()
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
@@ -326,8 +297,8 @@ func (d *demo) runMode(ctx context.Context, mode string) Result {
 	deadline := time.Now().Add(o.Timeout)
 	lastProgress := time.Now()
 	for {
-		distinct, _ := m.watch.snapshot()
-		done := distinct >= o.Records && closed(crashesDone)
+		distinct, _, _ := m.watch.Snapshot()
+		done := distinct >= o.Records && sim.Closed(crashesDone)
 		if time.Since(lastProgress) >= 2*time.Second || done {
 			m.progress(start)
 			lastProgress = time.Now()
@@ -355,17 +326,8 @@ func (d *demo) runMode(ctx context.Context, mode string) Result {
 	return m.res
 }
 
-func closed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 func (m *modeRun) progress(start time.Time) {
-	distinct, total := m.watch.snapshot()
+	distinct, total, _ := m.watch.Snapshot()
 	var c, a, b int
 	for _, s := range m.slots {
 		sc, sa, sb := s.counts()
@@ -391,12 +353,8 @@ func (m *modeRun) setup(ctx context.Context) error {
 	// restarted worker gets records at once (with more partitions than
 	// members, a killed member's partitions wait for its session timeout).
 	for _, t := range []string{m.in, m.out} {
-		resp, err := adm.CreateTopic(sctx, 1, 1, nil, t)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", t, err)
+		if err := sim.CreateTopic(sctx, adm, t, 1, 1); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return err
 		}
 	}
 	// earliest: the inputs are produced before the group first reads.
@@ -419,13 +377,13 @@ func (m *modeRun) setup(ctx context.Context) error {
 		}
 	}
 	var err error
-	if m.watch, err = watchOutput(m.d.stx.bootstrap, m.out); err != nil {
+	if m.watch, err = verifier(m.d.stx.bootstrap).WatchOutput(m.out); err != nil {
 		return err
 	}
 	for i := 0; i < o.Workers; i++ {
-		s := &slot{idx: i + 1, at: make(chan string, 4), cfg: workerConfig{mode: m.mode, bootstrap: m.d.stx.bootstrap, group: m.group,
-			in: m.in, out: m.out, txnID: fmt.Sprintf("demo-%s-w%d", m.mode, i+1), maxPoll: o.MaxPoll, recordTime: o.RecordTime,
-			abortRate: o.AbortRate}}
+		s := &slot{idx: i + 1, at: make(chan string, 4), cfg: workerConfig{mode: m.mode, recordTime: o.RecordTime,
+			WorkerConfig: sim.WorkerConfig{Bootstrap: m.d.stx.bootstrap, Group: m.group, In: m.in, Out: m.out,
+				TxnID: fmt.Sprintf("demo-%s-w%d", m.mode, i+1), MaxPoll: o.MaxPoll, AbortRate: o.AbortRate}}}
 		if err := m.startWorker(s); err != nil {
 			return err
 		}
@@ -442,31 +400,28 @@ func (m *modeRun) setup(ctx context.Context) error {
 // startWorker starts (or restarts) slot s's process. With the same
 // transactional id, a restart fences the killed incarnation.
 func (m *modeRun) startWorker(s *slot) error {
-	s.cfg.seed = m.d.rng.Int63()
+	s.cfg.Seed = m.d.rng.Int63()
 	s.ready = make(chan struct{})
 	ready := s.ready
 	var once sync.Once
 	for len(s.at) > 0 {
 		<-s.at
 	}
-	env := append(os.Environ(), roleEnv+"=worker")
+	env := sim.WorkerEnv(roleEnv)
 	inc := &incarnation{}
-	p, err := startProc(m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
+	p, err := sim.StartProc(fmt.Sprintf("worker-%d", s.idx), m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
 		func(line string) { m.onWorkerLine(s, inc, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err
 	}
-	inc.proc = p
+	inc.Proc = p
 	s.cur = inc
 	s.mu.Lock()
 	s.incs = append(s.incs, inc)
 	s.mu.Unlock()
-	go func() {
-		<-p.done
-		if !inc.ending.Load() {
-			m.fail("worker %d exited on its own (%v): see %s", s.idx, p.err, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)))
-		}
-	}()
+	p.OnUnexpectedExit(func(err error) {
+		m.fail("worker %d exited on its own (%v): see %s", s.idx, err, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)))
+	})
 	return nil
 }
 
@@ -474,8 +429,8 @@ func (m *modeRun) waitReady(s *slot) error {
 	select {
 	case <-s.ready:
 		return nil
-	case <-s.cur.done:
-		return fmt.Errorf("worker %d exited during start-up: %v", s.idx, s.cur.err)
+	case <-s.cur.Done():
+		return fmt.Errorf("worker %d exited during start-up: %v", s.idx, s.cur.Err())
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("worker %d not ready after 30s", s.idx)
 	}
@@ -529,7 +484,7 @@ func (m *modeRun) injectCrashes(ctx context.Context) {
 	last := time.Now()
 	for i, c := range m.d.plan {
 		for ctx.Err() == nil {
-			distinct, _ := m.watch.snapshot()
+			distinct, _, _ := m.watch.Snapshot()
 			if float64(distinct) >= c.at*float64(o.Records) && time.Since(last) >= time.Second {
 				break
 			}
@@ -547,7 +502,7 @@ func (m *modeRun) crash(i int, c crash) {
 	s := m.slots[c.worker]
 	kind := c.kind
 	note := ""
-	if distinct, _ := m.watch.snapshot(); distinct >= m.d.o.Records && kind != crashRandom {
+	if distinct, _, _ := m.watch.Snapshot(); distinct >= m.d.o.Records && kind != crashRandom {
 		note = fmt.Sprintf(" (planned %q, but no input is left to process)", crashWhere(kind, m.mode))
 		kind = crashRandom
 	}
@@ -556,12 +511,12 @@ func (m *modeRun) crash(i int, c crash) {
 			<-s.at
 		}
 		reached := false
-		if err := s.cur.send("crash-at " + kind); err == nil {
+		if err := s.cur.Send("crash-at " + kind); err == nil {
 			select {
 			case got := <-s.at:
 				reached = got == kind
 			case <-time.After(3 * time.Second):
-			case <-s.cur.done:
+			case <-s.cur.Done():
 			}
 		}
 		if !reached {
@@ -570,9 +525,9 @@ func (m *modeRun) crash(i int, c crash) {
 		}
 	}
 	inc := s.cur
-	inc.ending.Store(true)
-	pid := inc.pid()
-	inc.kill9() // returns once its output is read: the state below is final
+	inc.Ending()
+	pid := inc.Pid()
+	inc.Kill9() // returns once its output is read: the state below is final
 	inc.mu.Lock()
 	openTxn, produced := inc.openTxn, inc.produced
 	inc.mu.Unlock()
@@ -589,7 +544,7 @@ func (m *modeRun) crash(i int, c crash) {
 		return
 	}
 	m.say("crash %d/%d: kill -9 worker %d (pid %d) %s%s; restarted (pid %d)", i+1, len(m.d.plan), s.idx, pid,
-		crashWhere(kind, m.mode), note, s.cur.pid())
+		crashWhere(kind, m.mode), note, s.cur.Pid())
 	if err := m.waitReady(s); err != nil {
 		m.fail("restart worker %d: %v", s.idx, err)
 	}
@@ -599,13 +554,12 @@ func (m *modeRun) crash(i int, c crash) {
 // sharetx applied every committed acknowledgement.
 func (m *modeRun) teardown() {
 	for _, s := range m.slots {
-		if s.cur != nil && !s.cur.exited() {
-			s.cur.ending.Store(true)
-			s.cur.send("stop")
+		if s.cur != nil && !s.cur.Exited() {
+			s.cur.Stop()
 		}
 	}
 	for _, s := range m.slots {
-		if s.cur != nil && !s.cur.wait(30*time.Second) {
+		if s.cur != nil && !s.cur.Wait(30*time.Second) {
 			m.fail("worker %d did not stop within 30s: killed", s.idx)
 		}
 	}
@@ -629,7 +583,7 @@ func (m *modeRun) teardown() {
 		time.Sleep(250 * time.Millisecond)
 	}
 	if m.watch != nil {
-		m.watch.close()
+		m.watch.Close()
 	}
 }
 
@@ -648,7 +602,7 @@ func (m *modeRun) verify() {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		outputs, readErr = readAllCommitted(bootstrp, m.out, 2*time.Second, time.Minute)
+		outputs, readErr = verifier(bootstrp).ReadAllCommitted(m.out, 2*time.Second, time.Minute)
 	}()
 	go func() {
 		defer wg.Done()
@@ -661,7 +615,9 @@ func (m *modeRun) verify() {
 	if leftErr != nil {
 		m.fail("share group check: %v", leftErr)
 	}
-	count(&m.res, m.ids, outputs)
+	in := m.res.In
+	m.res.Counts = sim.Count(m.ids, outputs)
+	m.res.In = in
 	m.res.Leftover, m.res.Lag = left, lag
 	drained := "the share group acknowledged every input"
 	if !m.res.Drained() {
@@ -669,33 +625,6 @@ func (m *modeRun) verify() {
 	}
 	m.say("verified (output read read_committed, counted per id): in %d, out %d, duplicates %d, lost %d; %s",
 		m.res.In, m.res.Out, m.res.Duplicates, m.res.Lost, drained)
-}
-
-// count compares the input ids with the committed output records.
-func count(r *Result, ids []string, outputs map[string]int) {
-	known := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		known[id] = true
-	}
-	for v, n := range outputs {
-		r.Out += n
-		if !known[v] {
-			r.Unexpected += n
-		}
-	}
-	for _, id := range ids {
-		switch n := outputs[id]; {
-		case n == 0:
-			r.Lost++
-			r.LostIDs = append(r.LostIDs, id)
-		default:
-			r.Distinct++
-			if n > 1 {
-				r.Duplicates += n - 1
-				r.DupIDs = append(r.DupIDs, id)
-			}
-		}
-	}
 }
 
 // proxyCounters prints what sharetx did for the exactly-once mode, from its
