@@ -548,6 +548,25 @@ func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
 	}, kfake.BrokerConfigs(map[string]string{"group.share.record.lock.duration.ms": "2000", "share.record.lock.sweep.interval.ms": "200"})) // kfake reads only the broker settings
 }
 
+// stageOutputs begins a transaction on producer, produces one output per
+// record ("out-<key>") and binds the records' ACCEPTs to it; the caller
+// ends it.
+func (s *kipSetup) stageOutputs(t *testing.T, ctx context.Context, producer *kgo.Client, recs []*kgo.Record) {
+	t.Helper()
+	if err := producer.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
+	}
+	if err := producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.SendShareAcknowledgementsToTransaction(ctx, producer, acksOf(recs, client.Accept), s.md); err != nil {
+		t.Fatalf("TxnShareAcknowledge: %v", err)
+	}
+}
+
 // commitAllThenEnd processes all n inputs through consumer in committed
 // transactions. Before the last commit it starts a long-poll fetch, so the
 // last acknowledgements have to be applied behind it; right after the last
@@ -566,18 +585,7 @@ func (s *kipSetup) commitAllThenEnd(t *testing.T, consumer *kgo.Client, n int, m
 		if len(recs) == 0 {
 			continue
 		}
-		if err := s.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			s.producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
-		}
-		if err := s.producer.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
-			t.Fatal(err)
-		}
+		s.stageOutputs(t, ctx, s.producer, recs)
 		last := done+len(recs) >= n
 		var polling chan struct{}
 		if last {

@@ -72,18 +72,7 @@ func TestKIP1289ProxyKilled(t *testing.T) {
 
 				// Stage the first poll's acknowledgements through proxy A.
 				staged := s.pollSome(t, ctx, n/2)
-				if err := s.producer.BeginTransaction(); err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range staged {
-					s.producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
-				}
-				if err := s.producer.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(staged, client.Accept), s.md); err != nil {
-					t.Fatal(err)
-				}
+				s.stageOutputs(t, ctx, s.producer, staged)
 				stagedKeys := map[string]bool{}
 				for _, r := range staged {
 					stagedKeys[string(r.Key)] = true
@@ -159,18 +148,7 @@ func TestKIP1289ProxyKilled(t *testing.T) {
 							t.Errorf("record %s was handed to the application again although its acknowledgement committed", r.Key)
 						}
 					}
-					if err := producer.BeginTransaction(); err != nil {
-						t.Fatal(err)
-					}
-					for _, r := range recs {
-						producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
-					}
-					if err := producer.Flush(ctx); err != nil {
-						t.Fatal(err)
-					}
-					if err := client.SendShareAcknowledgementsToTransaction(ctx, producer, acksOf(recs, client.Accept), s.md); err != nil {
-						t.Fatal(err)
-					}
+					s.stageOutputs(t, ctx, producer, recs)
 					if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
 						t.Fatal(err)
 					}
@@ -249,18 +227,7 @@ func TestKIP1289RestartedProxyLearnsTransactions(t *testing.T) {
 			if len(recs) == 0 {
 				continue
 			}
-			if err := s.producer.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range recs {
-				s.producer.Produce(ctx, &kgo.Record{Value: []byte("out-" + string(r.Key))}, nil)
-			}
-			if err := s.producer.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
-				t.Fatalf("TxnShareAcknowledge through the restarted proxy, for a producer initialized through the killed one: %v", err)
-			}
+			s.stageOutputs(t, ctx, s.producer, recs) // fails on INVALID_PRODUCER_ID_MAPPING
 			if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
 				t.Fatal(err)
 			}

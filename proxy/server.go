@@ -413,6 +413,19 @@ type FatalError struct{ Err error }
 func (e *FatalError) Error() string { return e.Err.Error() }
 func (e *FatalError) Unwrap() error { return e.Err }
 
+// stopAcceptingLocked closes every listener; s.mu is held.
+func (s *Server) stopAcceptingLocked() {
+	s.closing = true
+	if s.bootstrap != nil {
+		s.bootstrap.Close()
+	}
+	for _, n := range s.nodes {
+		if n.ln != nil {
+			n.ln.Close()
+		}
+	}
+}
+
 // Kill stops the proxy the way a crashed process stops (kill -9), for tests
 // and the chaos tool's in-process runs: nothing more is applied, renewed or
 // drained; every listener and connection (so every upstream share session)
@@ -423,14 +436,7 @@ func (s *Server) Kill() {
 	s.closing = true
 	tailer := s.tailer
 	s.tailer = nil
-	if s.bootstrap != nil {
-		s.bootstrap.Close()
-	}
-	for _, n := range s.nodes {
-		if n.ln != nil {
-			n.ln.Close()
-		}
-	}
+	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.close("killed")
 	}
@@ -450,14 +456,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		defer s.tailer.Close()
 	}
 	defer s.env.KIP.Close()
-	if s.bootstrap != nil {
-		s.bootstrap.Close()
-	}
-	for _, n := range s.nodes {
-		if n.ln != nil {
-			n.ln.Close()
-		}
-	}
+	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.drain()
 	}
