@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,38 +31,6 @@ func kafkaUp(ctx context.Context, script string) ([]string, error) {
 		return nil, fmt.Errorf("%s up printed no bootstrap list", script)
 	}
 	return strings.Split(last, ","), nil
-}
-
-// createTopic creates topic and waits until every partition has a leader.
-func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
-	resp, err := adm.CreateTopic(ctx, partitions, -1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		return fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	for {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
-				ok := true
-				for _, p := range td.Partitions {
-					if p.Leader < 0 || p.Err != nil {
-						ok = false
-					}
-				}
-				if ok {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s has no leader for every partition: %w", topic, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // shareFromEarliest sets share.auto.offset.reset=earliest on a share group

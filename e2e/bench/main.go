@@ -19,6 +19,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/sharetx/sharetx/e2e/sim"
 	"io"
 	"os"
 	"os/signal"
@@ -102,7 +103,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		o.Seeds = strings.Split(*seeds, ",")
 	}
 	if o.KafkaScript == "" {
-		root, err := moduleRoot()
+		root, err := sim.ModuleRoot()
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v (pass --kafka-script)\n", err)
 			return 2

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
+	"github.com/sharetx/sharetx/e2e/sim"
 	"io"
 	"math"
 	"sort"
@@ -15,25 +15,8 @@ import (
 type metrics map[string]float64
 
 func parseMetrics(r io.Reader) (metrics, error) {
-	m := metrics{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		m[strings.TrimSpace(line[:i])] = v
-	}
-	return m, sc.Err()
+	m, err := sim.ParseMetrics(r, "")
+	return metrics(m), err
 }
 
 // sum adds every series of the metric name, whatever its labels.

@@ -2,12 +2,10 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"errors"
 	"fmt"
+	"github.com/sharetx/sharetx/e2e/sim"
 	"io"
 	"math/rand"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,63 +28,10 @@ type proxyProc struct {
 	err       error
 }
 
-// buildSharetx builds ./cmd/sharetx once into dir.
-func buildSharetx(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "sharetx")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/sharetx/sharetx/cmd/sharetx")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build`
-	if root, err := moduleRoot(); err == nil {
-		cmd.Dir = root
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/sharetx: %v\n%s", err, b)
-	}
-	return out, nil
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/sharetx/sharetx\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the sharetx module")
-		}
-		dir = parent
-	}
-}
-
-// freePortBlock finds n consecutive free TCP ports on 127.0.0.1 below the
-// usual ephemeral range.
-func freePortBlock(n int) (int, error) {
-	rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
-	for attempt := 0; attempt < 200; attempt++ {
-		base := 20000 + rnd.Intn(12000-n)
-		ok := true
-		for i := 0; i < n && ok; i++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			ln.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, errors.New("no block of free ports found")
-}
-
 // startProxy starts bin in front of seeds and waits for "sharetx: ready".
 // Port layout: base = bootstrap, base+1 = metrics, base+2+N = broker N.
 func startProxy(bin string, seeds []string, dir, logLevel string, timeout time.Duration) (*proxyProc, error) {
-	base, err := freePortBlock(16)
+	base, err := sim.FreePortBlock(16, rand.New(rand.NewSource(time.Now().UnixNano())).Intn)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/sharetx/sharetx/e2e/sim"
 	"os"
 	"runtime"
 	"strings"
@@ -68,7 +69,7 @@ type bench struct {
 
 func (b *bench) createTopic(ctx context.Context, t string) error {
 	b.topics = append(b.topics, t)
-	return createTopic(ctx, b.adm, t, int32(b.o.Partitions))
+	return sim.CreateTopic(ctx, b.adm, t, int32(b.o.Partitions), -1)
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -143,7 +144,7 @@ func (b *bench) setup(ctx context.Context) error {
 	if bin == "" {
 		b.progress("building ./cmd/sharetx into %s", dir)
 		var err error
-		if bin, err = buildSharetx(ctx, dir); err != nil {
+		if bin, err = sim.BuildSharetx(ctx, dir); err != nil {
 			return err
 		}
 	}

@@ -196,7 +196,8 @@ func StartSharetx(name, bin string, args, env []string, logPath string, t0 time.
 // ModuleRoot finds it) and returns the binary's path.
 func BuildSharetx(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "sharetx")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/sharetx/sharetx/cmd/sharetx")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "github.com/sharetx/sharetx/cmd/sharetx")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build`
 	if root, err := ModuleRoot(); err == nil {
 		cmd.Dir = root
 	}
@@ -243,8 +244,8 @@ func ParseMetrics(r io.Reader, prefix string) (map[string]float64, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) || strings.HasPrefix(line, "#") {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || !strings.HasPrefix(line, prefix) || strings.HasPrefix(line, "#") {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
@@ -255,7 +256,7 @@ func ParseMetrics(r io.Reader, prefix string) (map[string]float64, error) {
 		if err != nil {
 			continue
 		}
-		m[line[:i]] = v
+		m[strings.TrimSpace(line[:i])] = v
 	}
 	return m, sc.Err()
 }
