@@ -294,7 +294,7 @@ func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32
 				}
 				continue
 			}
-			if st == nil && knownAt(known, o) {
+			if st == nil && knownRangeAt(known, o) != nil {
 				// Staged or committed in a transaction the proxy learned
 				// from the shadow topic (a killed proxy's, or another
 				// sidecar's): the transaction decides, not this ack.

@@ -49,14 +49,14 @@ func (r *knownRange) typeOf(o int64) int8 {
 	return 1
 }
 
-// knownAt reports whether offset o lies in one of rs.
-func knownAt(rs []*knownRange, o int64) bool {
+// knownRangeAt returns the range of rs that offset o lies in, or nil.
+func knownRangeAt(rs []*knownRange, o int64) *knownRange {
 	for _, r := range rs {
 		if o >= r.first && o <= r.last {
-			return true
+			return r
 		}
 	}
-	return false
+	return nil
 }
 
 type knownRef struct {
@@ -291,14 +291,6 @@ func (e *KIP1289) screen(st *shareState, topic [16]byte, partition int32, recs [
 		e.mu.Unlock()
 		return nil, false
 	}
-	find := func(o int64) *knownRange {
-		for _, r := range known {
-			if o >= r.first && o <= r.last {
-				return r
-			}
-		}
-		return nil
-	}
 	deadline := time.Now().Add(lock)
 	var kept []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord
 	var now *stagedCall
@@ -324,7 +316,7 @@ func (e *KIP1289) screen(st *shareState, topic [16]byte, partition int32, recs [
 			}
 		}
 		for o := ar.FirstOffset; o <= ar.LastOffset && o-ar.FirstOffset < 1<<20; o++ {
-			r := find(o)
+			r := knownRangeAt(known, o)
 			if r == nil {
 				if cur.FirstOffset < 0 {
 					cur.FirstOffset = o
