@@ -154,7 +154,10 @@ func (e *KIP1289) resolveKnown(loc [2]int64, commit bool) {
 			if commit {
 				st.state = stCommitted
 			} else {
-				st.ackType = 2
+				// Released below; no longer held, so the broker's
+				// redelivery of it is recorded as a new acquisition
+				// even before the release's answer is back.
+				st.state, st.ackType = stAcquired, 2
 			}
 		}
 		if commit {
