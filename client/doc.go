@@ -175,15 +175,20 @@
 // kgo's EndTransaction sends no EndTxn when the client produced nothing in
 // the transaction, so a transaction that only acknowledges records (for
 // example one that rejects a whole poll) would never commit. To prevent that,
-// the first SendShareAcknowledgementsToTransaction of each transaction
-// produces one small touch record (value "sharetx-touch", header
+// the first SendShareAcknowledgementsToTransaction of a transaction that has
+// not produced a record yet produces one small touch record (value "sharetx-touch", header
 // "sharetx"="touch") to the proxy's shadow topic, on a partition the proxy
 // never writes this transactional id's staged acknowledgements to. The touch
 // record is produced before the TxnShareAcknowledge request, so that a
 // producer that is not inside a transaction fails before anything is staged.
 // Transactions are told apart by producer id and epoch, which change on every
 // EndTxn under transaction version 2; without transaction version 2 every
-// call touches. The shadow topic must have at least two partitions.
+// call touches. A transaction that already produced a record successfully
+// (ClientOpts installs a produce hook that notes it) needs no touch: that
+// saves one produce round trip per transaction in the usual
+// consume-transform-produce loop, so produce (and wait for) the outputs
+// before binding the acknowledgements. The shadow topic must have at least
+// two partitions.
 //
 // # Limits
 //

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"sync/atomic"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
@@ -19,6 +21,40 @@ type config struct {
 	shadowTopic string
 	partitioner kgo.Partitioner
 	versions    *kversion.Versions
+
+	// produced is the producer id and epoch of the last record a client
+	// with these options produced successfully (see producedHook).
+	produced atomic.Pointer[pidEpoch]
+}
+
+type pidEpoch struct {
+	id    int64
+	epoch int16
+}
+
+// producedIn reports whether a record was produced successfully with this
+// producer id and epoch. Under transaction version 2 every EndTxn bumps the
+// epoch, so that means the current transaction holds a record and kgo's
+// EndTransaction will send EndTxn.
+func (c *config) producedIn(id int64, epoch int16) bool {
+	p := c.produced.Load()
+	return p != nil && p.id == id && p.epoch == epoch
+}
+
+// producedHook records the producer id and epoch of successfully produced
+// records. kgo marks a partition added to the transaction on a successful
+// produce response, before it finishes the record's promise, so once the
+// hook has seen a record of (id, epoch), EndTransaction will not skip EndTxn.
+type producedHook struct{ cfg *config }
+
+func (h producedHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err != nil || r.ProducerID < 0 {
+		return
+	}
+	if p := h.cfg.produced.Load(); p != nil && p.id == r.ProducerID && p.epoch == r.ProducerEpoch {
+		return
+	}
+	h.cfg.produced.Store(&pidEpoch{id: r.ProducerID, epoch: r.ProducerEpoch})
 }
 
 // Option configures ClientOpts.
@@ -99,7 +135,10 @@ func (c *config) versionTable() *kversion.Versions {
 //     to kversion.Stable() (or to the table of the MaxVersions option);
 //   - kgo.RecordPartitioner wrapping kgo's default partitioner (or the one
 //     of the Partitioner option) so the touch record lands on the exact
-//     shadow partition it must.
+//     shadow partition it must;
+//   - a produce hook (kgo.WithHooks) that notes when the current transaction
+//     already holds a record, so SendShareAcknowledgementsToTransaction
+//     needs no touch record (see package doc).
 //
 // Append them after your own options, and do not pass kgo.MaxVersions or
 // kgo.RecordPartitioner after them (use this package's MaxVersions and
@@ -110,6 +149,7 @@ func ClientOpts(opts ...Option) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.MaxVersions(c.versionTable()),
 		kgo.RecordPartitioner(&sharetxPartitioner{cfg: c}),
+		kgo.WithHooks(producedHook{cfg: c}),
 	}
 }
 

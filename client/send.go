@@ -70,9 +70,10 @@ func stateFor(cl *kgo.Client) *clientState {
 // Empty acks are a no-op. Invalid acks (types other than Accept / Reject,
 // records without topic) fail without sending anything.
 //
-// The first call in a transaction also produces one small touch record to
-// the shadow topic so the transaction is never empty in franz-go's eyes (see
-// the package documentation). On a *PartitionErrors error nothing of this
+// Unless the transaction already produced a record (under transaction
+// version 2), the first call in a transaction also produces one small touch
+// record to the shadow topic so the transaction is never empty in franz-go's
+// eyes (see the package documentation). On a *PartitionErrors error nothing of this
 // call was staged. On any error the application should normally abort the
 // transaction and call ReleaseForRedelivery.
 func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.Client, acks *ShareAcknowledgements, md ShareGroupMetadata) error {
@@ -396,8 +397,10 @@ func (s *clientState) shadowPartitions(ctx context.Context, cl *kgo.Client, topi
 
 // ensureTouched makes sure the producer's current transaction contains a
 // record, so that kgo's EndTransaction really sends EndTxn (kgo skips EndTxn
-// when nothing was produced). It produces one touch record per transaction
-// and returns the producer id and epoch to stage the acknowledgements with.
+// when nothing was produced). Under transaction version 2 a transaction that
+// already produced a record successfully needs nothing more; otherwise it
+// produces one touch record per transaction. It returns the producer id and
+// epoch to stage the acknowledgements with.
 func (s *clientState) ensureTouched(ctx context.Context, cl *kgo.Client, cfg *config, txnID string) (int64, int16, error) {
 	s.touchMu.Lock()
 	defer s.touchMu.Unlock()
@@ -407,7 +410,7 @@ func (s *clientState) ensureTouched(ctx context.Context, cl *kgo.Client, cfg *co
 		return 0, 0, fmt.Errorf("sharetx: producer id: %w", err)
 	}
 	s.mu.Lock()
-	done := s.tv2 && s.touched && s.touchPID == pid && s.touchEpoch == epoch
+	done := s.tv2 && (s.touched && s.touchPID == pid && s.touchEpoch == epoch || cfg.producedIn(pid, epoch))
 	s.mu.Unlock()
 	if done {
 		return pid, epoch, nil

@@ -428,3 +428,64 @@ func TestShadowTopicMissing(t *testing.T) {
 		t.Fatal("sent")
 	}
 }
+
+// A transaction that already produced a record needs no touch record (under
+// transaction version 2): kgo sends EndTxn for it anyway, and the
+// acknowledgements are staged with the transaction's producer id and epoch.
+// A later transaction that produces nothing is touched again.
+func TestNoTouchAfterProduce(t *testing.T) {
+	c := newCluster(t, 3)
+	f := &fakeSharetx{key: 95}
+	cl := newProducer(t, c, f)
+	ctx := context.Background()
+	md := NewShareGroupMetadata("g")
+
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "in2", Value: []byte("out")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := f.requests(); len(rs) != 1 || rs[0].ProducerID != pid || rs[0].ProducerEpoch != epoch {
+		t.Fatalf("requests %+v, want one with producer %d epoch %d", rs, pid, epoch)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	tv2 := stateFor(cl).tv2
+	if n, want := len(touches(t, c)), map[bool]int{true: 0, false: 1}[tv2]; n != want {
+		t.Fatalf("%d touch records after a transaction that produced (tv2=%v), want %d", n, tv2, want)
+	}
+	if _, epoch2, _ := cl.ProducerID(ctx); tv2 && epoch2 == epoch {
+		t.Fatal("the commit did not bump the epoch: EndTxn was not sent")
+	}
+
+	// Acks only: touched.
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if n, want := len(touches(t, c)), map[bool]int{true: 1, false: 2}[tv2]; n != want {
+		t.Fatalf("%d touch records after an acks-only transaction, want %d", n, want)
+	}
+	// Outside a transaction the produced record of the last committed one
+	// does not count: the touch fails and nothing is staged.
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
+		t.Fatalf("outside a transaction: %v", err)
+	}
+	if len(f.requests()) != 2 {
+		t.Fatalf("%d requests, want 2", len(f.requests()))
+	}
+}
