@@ -185,7 +185,12 @@ func (c *conn) readClient() {
 			}
 			continue
 		}
+		// Whether the frame's buffer may go back to the pool once it is
+		// written upstream: not when a request hook saw it (it may keep a
+		// part of it), except Produce's, which copies what it keeps.
+		recycle := true
 		if hook := intercept.Hook(hdr.Key); hook != nil {
+			recycle = hdr.Key == kmsg.Produce.Int16()
 			act = hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
 			if act.Local != nil || act.Async != nil || act.Close != "" {
 				if !c.handleLocal(hdr, act) {
@@ -196,6 +201,7 @@ func (c *conn) readClient() {
 			p.state = act.State
 			if act.Body != nil {
 				frame = rebuildFrame(frame[:hdr.BodyOffset], act.Body)
+				recycle = false
 			}
 		}
 
@@ -221,6 +227,9 @@ func (c *conn) readClient() {
 		}
 		if err != nil {
 			return
+		}
+		if recycle {
+			putFrameBuf(frame) // copied into upw or written out
 		}
 	}
 }
@@ -484,6 +493,16 @@ func (c *conn) writeClient() {
 			c.clientWriteFailed()
 			return
 		}
+		if !p.local {
+			// Written (copied into w or out): neither the upstream frame
+			// (a rewriter's decoded response may point into it, but none
+			// keeps the response) nor the rewritten one is used again.
+			if &frame[0] != &p.frame[0] {
+				putFrameBuf(frame)
+			}
+			putFrameBuf(p.frame)
+			p.frame = nil
+		}
 		if len(c.order) == 0 {
 			if err := w.Flush(); err != nil {
 				c.clientWriteFailed()
@@ -530,7 +549,7 @@ func (c *conn) rewrite(p *pending) ([]byte, error) {
 		return frame, nil
 	}
 	c.s.metrics.Rewrites.WithLabelValues(kmsg.NameForKey(p.hdr.Key)).Inc()
-	out := make([]byte, off, len(frame)+64)
+	out := getFrameBuf(len(frame) + 64)[:off]
 	copy(out, frame[:off])
 	out = resp.AppendTo(out)
 	binary.BigEndian.PutUint32(out, uint32(len(out)-4))

@@ -18,7 +18,8 @@ var (
 )
 
 // ReadFrame reads one size-prefixed Kafka frame. The returned slice holds the
-// 4-byte size prefix too, so the frame can be written on with one Write.
+// 4-byte size prefix too, so the frame can be written on with one Write. Its
+// buffer may come from the frame pool (putFrameBuf returns it there).
 func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(r, size[:]); err != nil {
@@ -28,7 +29,7 @@ func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
 	if n < 0 || int(n) > maxBytes {
 		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, uint32(n))
 	}
-	buf := make([]byte, 4+int(n))
+	buf := getFrameBuf(4 + int(n))
 	copy(buf, size[:])
 	if _, err := io.ReadFull(r, buf[4:]); err != nil {
 		if err == io.EOF {

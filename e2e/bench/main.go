@@ -24,11 +24,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
+
+// allParts are the sections of a run, in the order they run.
+var allParts = []string{"passthrough", "pipelines", "latency", "staged"}
 
 // Options are the knobs of one run.
 type Options struct {
@@ -51,6 +55,7 @@ type Options struct {
 	WorkDir         string        `json:"work_dir"`
 	ProxyLog        string        `json:"-"`
 	Perf            bool          `json:"perf"`
+	Parts           []string      `json:"parts"`
 	Out             io.Writer     `json:"-"`
 }
 
@@ -79,6 +84,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "where the sharetx binary and its log go (default: a new directory under $TMPDIR)")
 	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
 	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxy's log level (in its log file)")
+	parts := fs.String("parts", strings.Join(allParts, ","), "the sections to run (a subset of "+strings.Join(allParts, ",")+"); goals of the others are reported as not measured")
 	fs.BoolVar(&o.Perf, "perf", false, "sample the proxy process with Linux perf for the whole run and print its heaviest functions")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -86,6 +92,14 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	for _, s := range strings.Split(*parts, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allParts, s) {
+			fmt.Fprintf(stderr, "bench: --parts: unknown section %q (the sections are %s)\n", s, strings.Join(allParts, ","))
+			return 2
+		}
+		o.Parts = append(o.Parts, s)
 	}
 	for _, s := range strings.Split(*batches, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

@@ -6,6 +6,7 @@ import (
 	"github.com/sharetx/sharetx/e2e/sim"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,6 +86,12 @@ func (b *bench) topic(name string) string { return fmt.Sprintf("bench-%s-%s", na
 
 // Run runs every measurement; a failed one is recorded in Results.Errors
 // and the others still run where they can.
+// runs reports whether the section is to run (all of them when Parts is
+// empty).
+func (o Options) runs(part string) bool {
+	return len(o.Parts) == 0 || slices.Contains(o.Parts, part)
+}
+
 func Run(ctx context.Context, o Options) *Results {
 	res := &Results{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, ProxyCost: map[string]proxyCost{}}
 	b := &bench{o: o, res: res, t0: time.Now(), suffix: fmt.Sprint(time.Now().Unix())}
@@ -98,15 +105,17 @@ func Run(ctx context.Context, o Options) *Results {
 	}
 	defer b.teardown()
 
-	b.passThrough(ctx)
-	b.sumPassThrough()
-	if ctx.Err() == nil {
+	if o.runs("passthrough") {
+		b.passThrough(ctx)
+		b.sumPassThrough()
+	}
+	if ctx.Err() == nil && o.runs("pipelines") {
 		b.pipelines(ctx)
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && o.runs("latency") {
 		b.pacedLatency(ctx)
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && o.runs("staged") {
 		b.stagedMemory(ctx)
 	}
 	if u, err := b.proxy.usage(); err == nil {
