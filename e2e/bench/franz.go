@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +17,16 @@ func newClient(bs string, opts ...kgo.Opt) (*kgo.Client, error) {
 	// No compression: kgo's default (snappy) would shrink the repeated
 	// payloads, and the bytes on the wire would not be the bytes produced
 	// (Java's ProducerPerformance sends uncompressed by default too).
-	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(bs), kgo.ClientID("sharetx-bench"),
-		kgo.ProducerBatchCompression(kgo.NoCompression())}, opts...)...)
+	base := []kgo.Opt{kgo.SeedBrokers(bs), kgo.ClientID("sharetx-bench"),
+		kgo.ProducerBatchCompression(kgo.NoCompression())}
+	if via, ok := dialVia.Load(bs); ok { // through the reference relay
+		addr := via.(string)
+		var d net.Dialer
+		base = append(base, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		}))
+	}
+	return kgo.NewClient(append(base, opts...)...)
 }
 
 // closeWithin closes cl, giving up waiting after d (a share consumer's

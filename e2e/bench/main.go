@@ -62,6 +62,9 @@ type Options struct {
 func main() { os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func mainRun(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "relay" { // the reference relay process (relay.go)
+		return runRelay(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options

@@ -36,6 +36,7 @@ type pipelineResult struct {
 
 	// p50 of each stage of a loop iteration
 	ProduceP50Ms float64 `json:"produce_p50_ms"`
+	ProduceP99Ms float64 `json:"produce_p99_ms"`
 	EndTxnP50Ms  float64 `json:"end_txn_p50_ms,omitempty"`
 
 	ackLat, produceLat, endLat []float64
@@ -170,6 +171,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 		res.AvgBatch = float64(res.Records) / float64(res.Transactions)
 	}
 	res.ProduceP50Ms = sampleQuantile(0.5, res.produceLat) * 1000
+	res.ProduceP99Ms = sampleQuantile(0.99, res.produceLat) * 1000
 	if transactional {
 		res.EndTxnP50Ms = sampleQuantile(0.5, res.endLat) * 1000
 	}

@@ -19,6 +19,9 @@ import (
 type sidePair[T any] struct {
 	Direct []T `json:"direct"`
 	Proxy  []T `json:"proxy"`
+	// Relay: the same through the reference relay (relay.go), franz-go
+	// runs only.
+	Relay []T `json:"relay,omitempty"`
 }
 
 // Results is everything one run measured (the JSON output).
@@ -40,6 +43,8 @@ type Results struct {
 	// them together.
 	ProxyCost      map[string]proxyCost `json:"proxy_cost"`
 	ProxyCostTotal proxyCost            `json:"proxy_cost_pass_through"`
+	// The reference relay process over each relayed phase.
+	RelayCost      map[string]proxyCost `json:"relay_cost,omitempty"`
 	ProxyRSSStart  int64                `json:"proxy_rss_bytes_at_start"`
 	ProxyRSSEnd    int64                `json:"proxy_rss_bytes_at_end"`
 	ProxyHWM       int64                `json:"proxy_hwm_bytes_at_end"`
@@ -61,6 +66,7 @@ type bench struct {
 	t0     time.Time
 	direct string
 	proxy  *proxyProc
+	relay  *relayProc // nil: no relay runs (more than one broker, or it failed to start)
 	admin  *kgo.Client
 	adm    *kadm.Client
 	suffix string
@@ -93,7 +99,7 @@ func (o Options) runs(part string) bool {
 }
 
 func Run(ctx context.Context, o Options) *Results {
-	res := &Results{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, ProxyCost: map[string]proxyCost{}}
+	res := &Results{Started: time.Now(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Options: o, ProxyCost: map[string]proxyCost{}, RelayCost: map[string]proxyCost{}}
 	b := &bench{o: o, res: res, t0: time.Now(), suffix: fmt.Sprint(time.Now().Unix())}
 	defer func() {
 		res.Seconds = time.Since(b.t0).Seconds()
@@ -183,6 +189,9 @@ func (b *bench) setup(ctx context.Context) error {
 }
 
 func (b *bench) teardown() {
+	if b.relay != nil {
+		b.relay.stop()
+	}
 	if b.perf != nil {
 		top, err := b.perf.stop(25)
 		if err != nil {
@@ -211,19 +220,25 @@ func (b *bench) teardown() {
 // proxied runs fn through the proxy and charges the proxy's CPU and traffic
 // over it to phase.
 func (b *bench) proxied(phase string, fn func() error) error {
-	before, err := b.proxy.usage()
+	return charge(b.proxy.usage, b.res.ProxyCost, phase, fn)
+}
+
+// charge runs fn and adds the CPU and traffic a process (read by usage)
+// spent over it to costs[phase].
+func charge(usage func() (usage, error), costs map[string]proxyCost, phase string, fn func() error) error {
+	before, err := usage()
 	if err != nil {
 		return err
 	}
 	if err := fn(); err != nil {
 		return err
 	}
-	after, err := b.proxy.usage()
+	after, err := usage()
 	if err != nil {
 		return err
 	}
 	c := costBetween(before, after)
-	prev, ok := b.res.ProxyCost[phase]
+	prev, ok := costs[phase]
 	if ok { // repeated runs of a phase add up
 		c = proxyCost{CPUSeconds: prev.CPUSeconds + c.CPUSeconds, BytesMoved: prev.BytesMoved + c.BytesMoved, RSSBytes: c.RSSBytes, HWMBytes: c.HWMBytes}
 		if c.BytesMoved > 0 {
@@ -231,27 +246,36 @@ func (b *bench) proxied(phase string, fn func() error) error {
 			c.MillicoresMB = c.CPUSeconds * 1000 / (c.BytesMoved / 1e6)
 		}
 	}
-	b.res.ProxyCost[phase] = c
+	costs[phase] = c
 	return nil
 }
 
-// sides runs direct and proxied alternately, repeat times each, switching
-// which goes first every round so neither always runs on a warmer broker.
-func sides[T any](b *bench, name string, pair *sidePair[T], run func(bs string, side string, round int) (T, error)) {
+// sides runs direct and proxied (and, with relay, through the reference
+// relay) alternately, repeat times each, rotating which goes first every
+// round so none always runs on a warmer broker.
+func sides[T any](b *bench, name string, relay bool, pair *sidePair[T], run func(bs string, side string, round int) (T, error)) {
+	all := []string{"direct", "proxy"}
+	if relay && b.relay != nil {
+		all = append(all, "relay")
+	}
 	for round := 0; round < b.o.Repeat; round++ {
-		order := []string{"direct", "proxy"}
-		if round%2 == 1 {
-			order = []string{"proxy", "direct"}
-		}
+		order := append(all[round%len(all):len(all):len(all)], all[:round%len(all)]...)
 		for _, side := range order {
 			var r T
 			var err error
-			if side == "direct" {
+			switch side {
+			case "direct":
 				r, err = run(b.direct, side, round)
-			} else {
+			case "proxy":
 				err = b.proxied(name, func() error {
 					var e error
 					r, e = run(b.proxy.bootstrap, side, round)
+					return e
+				})
+			case "relay":
+				err = charge(b.relay.usage, b.res.RelayCost, name, func() error {
+					var e error
+					r, e = run(b.relay.addr, side, round)
 					return e
 				})
 			}
@@ -259,10 +283,13 @@ func sides[T any](b *bench, name string, pair *sidePair[T], run func(bs string, 
 				b.fail(fmt.Sprintf("%s %s round %d", name, side, round+1), err)
 				return
 			}
-			if side == "direct" {
+			switch side {
+			case "direct":
 				pair.Direct = append(pair.Direct, r)
-			} else {
+			case "proxy":
 				pair.Proxy = append(pair.Proxy, r)
+			case "relay":
+				pair.Relay = append(pair.Relay, r)
 			}
 			b.progress("%s %s round %d: %s", name, side, round+1, summarize(r))
 		}
@@ -281,6 +308,24 @@ func summarize(v any) string {
 		return fmt.Sprintf("%d records: %.0f records/s, %.1f MiB/s (wall %.1fs)", r.Records, r.RecordsSec, r.MiBSec, r.WallSeconds)
 	}
 	return fmt.Sprint(v)
+}
+
+// startRelay starts the reference relay (relay.go) for the franz-go
+// pass-through runs when the cluster has one broker.
+func (b *bench) startRelay(ctx context.Context) {
+	bs, err := b.adm.ListBrokers(ctx)
+	if err != nil || len(bs) != 1 {
+		b.progress("no reference relay: it needs a one-broker cluster (brokers: %d, err: %v)", len(bs), err)
+		return
+	}
+	r, err := startRelay(ctx, b.direct)
+	if err != nil {
+		b.progress("no reference relay: %v", err)
+		return
+	}
+	b.relay = r
+	dialVia.Store(r.addr, r.addr)
+	b.progress("reference relay (user-space byte copy, no protocol logic) pid %d at %s -> %s", r.cmd.Process.Pid, r.addr, b.direct)
 }
 
 func (b *bench) passThrough(ctx context.Context) {
@@ -303,16 +348,17 @@ func (b *bench) passThrough(ctx context.Context) {
 	if _, err := franzProduce(ctx, b.proxy.bootstrap, b.topic("warm-up"), warm/4, o.RecordSize); err != nil {
 		b.fail("warm-up", err)
 	}
-	b.progress("franz-go produce: %d records of %d B, direct vs proxy, %d round(s)", o.Records, o.RecordSize, o.Repeat)
-	sides(b, "franz_produce", &b.res.FranzProduce, func(bs, _ string, _ int) (throughput, error) {
+	b.startRelay(ctx)
+	b.progress("franz-go produce: %d records of %d B, direct vs proxy%s, %d round(s)", o.Records, o.RecordSize, map[bool]string{true: " vs relay", false: ""}[b.relay != nil], o.Repeat)
+	sides(b, "franz_produce", true, &b.res.FranzProduce, func(bs, _ string, _ int) (throughput, error) {
 		return franzProduce(ctx, bs, tput, o.Records, o.RecordSize)
 	})
 	b.progress("franz-go produce latency at %d records/s for %s", o.LatencyRate, o.LatencyDur)
-	sides(b, "franz_latency", &b.res.FranzLatency, func(bs, _ string, _ int) (latencyResult, error) {
+	sides(b, "franz_latency", true, &b.res.FranzLatency, func(bs, _ string, _ int) (latencyResult, error) {
 		return franzProduceLatency(ctx, bs, lat, o.LatencyRate, o.RecordSize, o.LatencyDur)
 	})
 	b.progress("franz-go share consume: %d records from %s, a new share group per run", o.Records, tput)
-	sides(b, "franz_consume", &b.res.FranzConsume, func(bs, side string, round int) (throughput, error) {
+	sides(b, "franz_consume", true, &b.res.FranzConsume, func(bs, side string, round int) (throughput, error) {
 		g := fmt.Sprintf("bench-consume-%s-%s-%d", b.suffix, side, round)
 		if err := shareFromEarliest(ctx, b.admin, g); err != nil {
 			return throughput{}, err
@@ -323,11 +369,11 @@ func (b *bench) passThrough(ctx context.Context) {
 		return
 	}
 	b.progress("Java ProducerPerformance: %d records of %d B", o.JavaRecords, o.RecordSize)
-	sides(b, "java_produce", &b.res.JavaProduce, func(bs, _ string, _ int) (javaProduce, error) {
+	sides(b, "java_produce", false, &b.res.JavaProduce, func(bs, _ string, _ int) (javaProduce, error) {
 		return javaProducerPerf(ctx, o.KafkaScript, bs, jtopic, o.JavaRecords, o.RecordSize)
 	})
 	b.progress("Java ShareConsumerPerformance: %d records from %s", o.JavaRecords, jtopic)
-	sides(b, "java_consume", &b.res.JavaConsume, func(bs, side string, round int) (javaShareConsume, error) {
+	sides(b, "java_consume", false, &b.res.JavaConsume, func(bs, side string, round int) (javaShareConsume, error) {
 		g := fmt.Sprintf("bench-java-%s-%s-%d", b.suffix, side, round)
 		if err := shareFromEarliest(ctx, b.admin, g); err != nil {
 			return javaShareConsume{}, err
