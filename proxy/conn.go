@@ -468,7 +468,16 @@ func (c *conn) writeClient() {
 		c.close(reason)
 	}()
 	m := c.s.metrics
-	for p := range c.order {
+	var next *pending // looked ahead: taken from order, not yet written
+	for {
+		p := next
+		next = nil
+		if p == nil {
+			var ok bool
+			if p, ok = <-c.order; !ok {
+				return
+			}
+		}
 		select {
 		case <-p.done:
 		case <-c.closed:
@@ -503,7 +512,16 @@ func (c *conn) writeClient() {
 			putFrameBuf(p.frame)
 			p.frame = nil
 		}
-		if len(c.order) == 0 {
+		// Flush unless the next response can go out right behind this one.
+		// (Waiting for the next request's response instead, as a check of
+		// len(c.order) did, holds a finished response back for as long as
+		// the broker takes with the next: with pipelined produce requests
+		// every answer came one request late.)
+		select {
+		case next = <-c.order: // nil if order was closed
+		default:
+		}
+		if next == nil || !isDone(next) {
 			if err := w.Flush(); err != nil {
 				c.clientWriteFailed()
 				return
@@ -514,6 +532,16 @@ func (c *conn) writeClient() {
 			api.respBytes.Add(float64(len(frame)))
 			api.latency.Observe(time.Since(p.start).Seconds())
 		}
+	}
+}
+
+// isDone reports whether p's response is ready.
+func isDone(p *pending) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -127,3 +127,63 @@ func TestInjectBetweenClientRequests(t *testing.T) {
 		t.Fatalf("client request failed while the proxy injected: %v", err)
 	}
 }
+
+// A finished response goes to the client at once, even while the client's
+// next request (here a Fetch long poll of 20 s) is still waiting upstream.
+// The proxy used to flush only when no request was queued at all, so with
+// pipelined requests every answer waited for the next one.
+func TestResponseNotHeldBehindPendingRequest(t *testing.T) {
+	s, fake := startTestProxy(t, nil)
+	admin, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	md := kmsg.NewPtrMetadataRequest()
+	mdt := kmsg.NewMetadataRequestTopic()
+	mdt.Topic = kmsg.StringPtr("t")
+	md.Topics = append(md.Topics, mdt)
+	mresp, err := md.RequestWith(ctx, admin)
+	if err != nil || len(mresp.Topics) != 1 {
+		t.Fatalf("metadata: %v", err)
+	}
+
+	c, err := net.Dial("tcp", s.BootstrapAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(0)
+	first := EncodeRequestFrame(1, "c", av)
+	// Metadata v12 then a Fetch v13 that long-polls an empty partition.
+	m := kmsg.NewPtrMetadataRequest()
+	m.SetVersion(12)
+	second := EncodeRequestFrame(2, "c", m)
+	f := kmsg.NewPtrFetchRequest()
+	f.SetVersion(13)
+	f.MaxWaitMillis, f.MinBytes, f.MaxBytes = 20000, 1, 1<<20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.TopicID = mresp.Topics[0].TopicID
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	fp.CurrentLeaderEpoch = -1
+	ft.Partitions = append(ft.Partitions, fp)
+	f.Topics = append(f.Topics, ft)
+	third := EncodeRequestFrame(3, "c", f)
+	if _, err := c.Write(append(append(first, second...), third...)); err != nil {
+		t.Fatal(err)
+	}
+	// The first two answers must arrive long before the fetch's 20 s.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for want := int32(1); want <= 2; want++ {
+		resp, err := ReadFrame(c, 1<<20)
+		if err != nil {
+			t.Fatalf("response %d while the fetch waits upstream: %v", want, err)
+		}
+		if corr := int32(binary.BigEndian.Uint32(resp[4:])); corr != want {
+			t.Fatalf("correlation id %d, want %d", corr, want)
+		}
+	}
+}
