@@ -247,15 +247,33 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 		e.topics[group] = map[[16]byte]bool{}
 	}
 	e.topics[group][topic] = true
+	if len(ps.acq) > 0 && time.Now().After(ps.acq[0].deadline.Add(time.Minute)) {
+		ps.pruneAcq(time.Now(), time.Minute)
+	}
 	for _, r := range recs {
-		for o := r.FirstOffset; o <= r.LastOffset && o-r.FirstOffset < 1<<20; o++ {
-			if cur := ps.offsets[o]; cur != nil && cur.state.held() {
-				// Redelivered while we hold it staged: the broker released it
-				// (lock expired, session closed). Issue 4 handles this window.
-				continue
-			}
-			ps.offsets[o] = &offState{member: member, node: node, deadline: deadline, lock: lock, state: stAcquired}
+		if r.LastOffset < r.FirstOffset || r.LastOffset-r.FirstOffset >= 1<<20 {
+			continue // malformed; the client gets it as the broker sent it
 		}
+		// Entries in the range that are not held are superseded by this
+		// acquisition. A held one stays: it was redelivered while we hold
+		// it staged (the broker released it: lock expired, session
+		// closed); recovery.go handles that window.
+		if n := len(ps.offsets); n > 0 {
+			if int64(n) < r.LastOffset-r.FirstOffset+1 {
+				for o, cur := range ps.offsets {
+					if o >= r.FirstOffset && o <= r.LastOffset && !cur.state.held() {
+						delete(ps.offsets, o)
+					}
+				}
+			} else {
+				for o := r.FirstOffset; o <= r.LastOffset; o++ {
+					if cur := ps.offsets[o]; cur != nil && !cur.state.held() {
+						delete(ps.offsets, o)
+					}
+				}
+			}
+		}
+		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, member: member, node: node, deadline: deadline, lock: lock})
 	}
 }
 
@@ -274,6 +292,15 @@ func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32
 	}
 	if ps == nil {
 		ps = &partState{} // lookups in a nil map find nothing
+	}
+	// The client settles what it acknowledges, whatever of it is held back.
+	defer func() {
+		for _, b := range batches {
+			ps.settle(b.first, b.last)
+		}
+	}()
+	if len(ps.offsets) == 0 && len(known) == 0 {
+		return batches, 0 // nothing held or known: the common case, no per-record work
 	}
 	changed := false
 	keep := map[int64]int8{}
@@ -570,7 +597,7 @@ func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p
 			}
 			var st *offState
 			if ps != nil {
-				st = ps.offsets[o]
+				st = ps.get(o)
 			}
 			switch {
 			case st == nil:
@@ -921,7 +948,8 @@ func (e *KIP1289) Prune(now time.Time) {
 				delete(ps.offsets, o)
 			}
 		}
-		if len(ps.offsets) == 0 {
+		ps.pruneAcq(now, time.Minute)
+		if len(ps.offsets) == 0 && len(ps.acq) == 0 {
 			delete(e.parts, k)
 		}
 	}

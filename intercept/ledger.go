@@ -53,8 +53,94 @@ type offState struct {
 
 // partState holds the offsets of one share partition the proxy has seen
 // acquired.
+//
+// Acquisitions are kept as ranges (acq), as the ShareFetch response gives
+// them: a consumer that never binds acks to a transaction costs the proxy
+// a slice append per fetched range and a range trim per ack, not a map entry
+// per record (make bench: per-record entries were the largest cost of the
+// proxy's share-consume path after the copies). An offset gets an entry in
+// offsets when it leaves the plain acquired state (staged, held, applied) or
+// is looked at one by one (get); an entry there shadows the ranges.
+//
+// Invariant: an entry is deleted from offsets only when its offset is in no
+// live range (the client's ack settled it, it was never in one, or its
+// range expired), so a deleted entry never resurfaces as "acquired".
 type partState struct {
 	offsets map[int64]*offState
+	acq     []acqRange // oldest first
+}
+
+// acqRange is a range of offsets one ShareFetch response handed to member.
+type acqRange struct {
+	first, last int64
+	member      string
+	node        int32
+	deadline    time.Time
+	lock        time.Duration
+}
+
+// get returns the state of offset o: its entry, or (materialized as an
+// entry) the newest acquisition range holding it, or nil.
+func (ps *partState) get(o int64) *offState {
+	if st := ps.offsets[o]; st != nil {
+		return st
+	}
+	for i := len(ps.acq) - 1; i >= 0; i-- {
+		r := &ps.acq[i]
+		if o >= r.first && o <= r.last {
+			st := &offState{member: r.member, node: r.node, deadline: r.deadline, lock: r.lock, state: stAcquired}
+			if ps.offsets == nil {
+				ps.offsets = map[int64]*offState{}
+			}
+			ps.offsets[o] = st
+			return st
+		}
+	}
+	return nil
+}
+
+// settle removes [first, last] from the acquisition ranges: the client
+// acknowledged (or released) those offsets itself.
+func (ps *partState) settle(first, last int64) {
+	if len(ps.acq) == 0 || first > last {
+		return
+	}
+	out := ps.acq[:0:0]
+	changed := false
+	for _, r := range ps.acq {
+		if r.last < first || r.first > last {
+			out = append(out, r)
+			continue
+		}
+		changed = true
+		if r.first < first {
+			lo := r
+			lo.last = first - 1
+			out = append(out, lo)
+		}
+		if r.last > last {
+			hi := r
+			hi.first = last + 1
+			out = append(out, hi)
+		}
+	}
+	if changed {
+		ps.acq = out
+	}
+}
+
+// pruneAcq drops acquisition ranges whose lock expired more than grace
+// ago (the records were redelivered or acked without the proxy seeing it).
+func (ps *partState) pruneAcq(now time.Time, grace time.Duration) {
+	n := 0
+	for _, r := range ps.acq {
+		if !now.After(r.deadline.Add(grace)) {
+			ps.acq[n] = r
+			n++
+		}
+	}
+	clear(ps.acq[n:])
+	ps.acq = ps.acq[:n]
 }
 
 // stagedCall is one successful TxnShareAcknowledge: the offsets it staged

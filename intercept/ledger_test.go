@@ -170,3 +170,81 @@ func TestClientAcksHeldBack(t *testing.T) {
 		t.Fatalf("pending %d", e.pending)
 	}
 }
+
+// Acquisitions are kept as ranges: the client's own acks settle them (a
+// settled offset is no longer acquired), a later acquisition of an offset
+// supersedes the earlier one unless the offset is held, and expired ranges
+// are pruned.
+func TestAcquisitionRanges(t *testing.T) {
+	e := testEngine()
+	e.cfg.MaxPendingRecords = 1000
+	e.setTxn("tx", 7, 2)
+	topic := [16]byte{1}
+	k := partKey{"g", topic, 0}
+	e.acquired(1, "g", "m1", topic, 0, acq(0, 99), time.Minute)
+	ps := e.parts[k]
+	if len(ps.offsets) != 0 || len(ps.acq) != 1 {
+		t.Fatalf("one fetch of 100 records: %d entries, %d ranges; want 0 and 1", len(ps.offsets), len(ps.acq))
+	}
+	// The client acks 10-19 and 50: split into [0,9] [20,49] [51,99].
+	out, held := e.filterClientAcks("g", topic, 0, []ackRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
+	if held != 0 || len(out) != 2 {
+		t.Fatalf("plain acks: held %d, out %+v", held, out)
+	}
+	want := [][2]int64{{0, 9}, {20, 49}, {51, 99}}
+	if len(ps.acq) != len(want) {
+		t.Fatalf("ranges after acks: %+v", ps.acq)
+	}
+	for i, w := range want {
+		if ps.acq[i].first != w[0] || ps.acq[i].last != w[1] {
+			t.Fatalf("range %d = [%d,%d], want %v", i, ps.acq[i].first, ps.acq[i].last, w)
+		}
+	}
+	if got := partErr2(e, txnReq(topic, 0, TxnShareAcknowledgeBatch{15, 15, []int8{1}})); got != kerr.InvalidRecordState.Code {
+		t.Fatalf("staging an offset the client acked: error %d, want INVALID_RECORD_STATE", got)
+	}
+	// Stage 20-24 (member m1, resolved from the range).
+	r, call := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{20, 24, []int8{1}}))
+	if call == nil {
+		t.Fatalf("staging acquired offsets refused: %+v", r)
+	}
+	if call.member != "m1" {
+		t.Fatalf("member resolved as %q", call.member)
+	}
+	// Redelivered to m2 (the broker released them): the held ones stay
+	// staged; the others are m2's now.
+	e.acquired(1, "g", "m2", topic, 0, acq(20, 29), time.Minute)
+	if st := ps.get(22); st == nil || !st.state.held() || st.member != "m1" {
+		t.Fatalf("held offset 22 after a redelivery: %+v", st)
+	}
+	if st := ps.get(27); st == nil || st.state != stAcquired || st.member != "m2" {
+		t.Fatalf("offset 27 after a redelivery to m2: %+v", st)
+	}
+	// A client ack of a held offset is held back, and the rest settle.
+	out, held = e.filterClientAcks("g", topic, 0, []ackRange{{20, 29, []int8{1}}})
+	if held != 5 || len(out) != 1 || out[0].first != 25 || out[0].last != 29 {
+		t.Fatalf("acks over held offsets: held %d, out %+v", held, out)
+	}
+	if st := ps.get(27); st != nil {
+		t.Fatalf("offset 27 still acquired after the client acked it: %+v", st)
+	}
+	// Pruning: ranges whose lock expired a minute ago go.
+	e.Prune(time.Now().Add(3 * time.Minute))
+	if len(ps.acq) != 0 {
+		t.Fatalf("ranges after their locks expired: %+v", ps.acq)
+	}
+}
+
+// partErr2 is the partition error of a refused call, 0 for a staged one,
+// -1 for a call refused as a whole.
+func partErr2(e *KIP1289, req *TxnShareAcknowledgeRequest) int16 {
+	r, call := e.validateAndReserve(req)
+	if call != nil {
+		e.release(call, stAcquired)
+		return 0
+	}
+	if r == nil || len(r.Topics) == 0 || len(r.Topics[0].Partitions) == 0 {
+		return -1
+	}
+	return r.Topics[0].Partitions[0].ErrorCode
+}
