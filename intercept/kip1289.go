@@ -223,10 +223,17 @@ func (e *KIP1289) learnTxn(txnID string, pid int64, epoch int16) {
 	e.txns[txnID] = txnInfo{producerID: pid, epoch: epoch}
 }
 
+// setTxn records the producer id and epoch the coordinator just gave a
+// transactional id (InitProducerId, EndTxn v5+). Such an epoch is fresh: the
+// shadow writer starts it at sequence 0 without asking the leader.
 func (e *KIP1289) setTxn(txnID string, pid int64, epoch int16) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.txns[txnID] = txnInfo{producerID: pid, epoch: epoch}
+	w := e.writer
+	e.mu.Unlock()
+	if f, ok := w.(interface{ MarkFresh(int64, int16) }); ok {
+		f.MarkFresh(pid, epoch)
+	}
 }
 
 // acquired records what a ShareFetch response handed to member.

@@ -82,6 +82,37 @@ type Writer struct {
 	produceOK map[int32]bool  // node -> supports Produce v12+
 	seqs      map[seqKey]*seqState
 	lastPrune time.Time
+
+	// fresh: per producer id, the newest epoch this process saw the
+	// coordinator hand out (MarkFresh). No batch of such an epoch can
+	// predate this process, so its first write starts at sequence 0
+	// without asking the leader.
+	fresh map[int64]int16
+}
+
+// maxFresh bounds the fresh map; when full it is emptied, and the next
+// writes ask the leader as they would without it.
+const maxFresh = 100000
+
+// MarkFresh records that the coordinator just gave producerID the epoch
+// (an InitProducerId or EndTxn v5+ answer this process relayed): nothing of
+// that epoch was written before, so the first write of it needs no
+// DescribeProducers. Under transaction version 2 every transaction has a
+// new epoch, so this saves one round trip per TxnShareAcknowledge.
+func (w *Writer) MarkFresh(producerID int64, epoch int16) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fresh == nil || len(w.fresh) >= maxFresh {
+		w.fresh = map[int64]int16{}
+	}
+	w.fresh[producerID] = epoch
+}
+
+func (w *Writer) isFresh(producerID int64, epoch int16) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.fresh[producerID]
+	return ok && e == epoch
 }
 
 type seqKey struct {
@@ -230,6 +261,8 @@ func (w *Writer) state(pid int64, p int32) *seqState {
 // asks the leader for the producer's last sequence (DescribeProducers): after
 // a proxy restart in the middle of a transaction, sequence 0 would be taken
 // as a duplicate of the earlier first batch and dropped without an error.
+// An epoch marked fresh (MarkFresh) cannot have such batches and starts at 0
+// without asking.
 //
 // NOT_LEADER, UNKNOWN_TOPIC_OR_PARTITION and similar errors are retried with
 // a metadata refresh; a produce whose answer is lost is resent with the same
@@ -258,9 +291,12 @@ func (w *Writer) Write(ctx context.Context, txnID string, producerID int64, epoc
 		return -1, werr(ErrOutcomeUnknown, "")
 	}
 	var seq int32
-	if same && s.known {
+	switch {
+	case same && s.known:
 		seq = s.next
-	} else {
+	case !same && w.isFresh(producerID, epoch):
+		seq = 0 // the epoch began after this process started: no batch of it exists
+	default:
 		// First write of this epoch that this Writer knows of. The
 		// broker may already hold batches of the epoch (a restarted
 		// proxy in the middle of a transaction); sending sequence 0

@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,5 +368,42 @@ func TestWriterRequiresAllAcks(t *testing.T) {
 	_, err := w.Write(e.ctx, "x", 1, 0, 0, rec("x", 1, 0, 1))
 	if !errors.Is(err, ErrAcks) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// An epoch marked fresh (the coordinator gave it out after the Writer
+// started) is written from sequence 0 without a DescribeProducers; any other
+// epoch the Writer has not written asks the leader first. Both commit.
+func TestWriterFreshEpochSkipsDescribeProducers(t *testing.T) {
+	e := newEnv(t)
+	var describes atomic.Int32
+	e.c.ControlKey(int16(kmsg.DescribeProducers), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.c.KeepControl()
+		describes.Add(1)
+		return nil, nil, false
+	})
+	const txn = "txn-fresh"
+	p, pid, epoch := e.producer(txn, "f1")
+	sp := ShadowPartitionFor(txn, e.n)
+	w := NewWriter(e.client(), shadowTopic)
+	w.MarkFresh(pid, epoch)
+	if _, err := w.Write(e.ctx, txn, pid, epoch, sp, rec(txn, pid, epoch, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if n := describes.Load(); n != 0 {
+		t.Fatalf("%d DescribeProducers for a fresh epoch", n)
+	}
+	e.end(p, true)
+	// Next transaction, not marked: the Writer asks.
+	pid2, epoch2 := e.begin(p, "f2")
+	if _, err := w.Write(e.ctx, txn, pid2, epoch2, sp, rec(txn, pid2, epoch2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if n := describes.Load(); n != 1 {
+		t.Fatalf("%d DescribeProducers for an epoch not marked fresh, want 1", n)
+	}
+	e.end(p, true)
+	if got := e.committed(sp); shadowCount(t, got[shadowTopic]) != 2 {
+		t.Fatalf("shadow %d, want 2", len(got[shadowTopic]))
 	}
 }
