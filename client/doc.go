@@ -184,11 +184,13 @@
 // Transactions are told apart by producer id and epoch, which change on every
 // EndTxn under transaction version 2; without transaction version 2 every
 // call touches. A transaction that already produced a record successfully
-// (ClientOpts installs a produce hook that notes it) needs no touch: that
-// saves one produce round trip per transaction in the usual
-// consume-transform-produce loop, so produce (and wait for) the outputs
-// before binding the acknowledgements. The shadow topic must have at least
-// two partitions.
+// (ClientOpts installs a produce hook that notes it), or has records
+// buffered or in flight when the acknowledgements are sent, needs no touch.
+// In the usual consume-transform-produce loop, Produce the outputs
+// asynchronously, send the acknowledgements while they are in flight, then
+// Flush and EndTransaction: the proxy's shadow write overlaps the produce
+// and no touch is written. The shadow topic must have at least two
+// partitions.
 //
 // # Limits
 //

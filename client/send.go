@@ -70,10 +70,13 @@ func stateFor(cl *kgo.Client) *clientState {
 // Empty acks are a no-op. Invalid acks (types other than Accept / Reject,
 // records without topic) fail without sending anything.
 //
-// Unless the transaction already produced a record (under transaction
-// version 2), the first call in a transaction also produces one small touch
-// record to the shadow topic so the transaction is never empty in franz-go's
-// eyes (see the package documentation). On a *PartitionErrors error nothing of this
+// Unless the transaction already produced a record or has records buffered
+// (under transaction version 2), the first call in a transaction also
+// produces one small touch record to the shadow topic so the transaction is
+// never empty in franz-go's eyes (see the package documentation). So the
+// fastest order is: Produce the outputs (asynchronously), call this while
+// they are in flight, then Flush and EndTransaction: the proxy's shadow
+// write overlaps the produce. On a *PartitionErrors error nothing of this
 // call was staged. On any error the application should normally abort the
 // transaction and call ReleaseForRedelivery.
 func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.Client, acks *ShareAcknowledgements, md ShareGroupMetadata) error {
@@ -412,6 +415,11 @@ func (s *clientState) ensureTouched(ctx context.Context, cl *kgo.Client, cfg *co
 	s.mu.Lock()
 	done := s.tv2 && (s.touched && s.touchPID == pid && s.touchEpoch == epoch || cfg.producedIn(pid, epoch))
 	s.mu.Unlock()
+	// Records buffered or in flight now belong to this transaction (kgo
+	// refuses produces outside one, and EndTransaction must follow a
+	// Flush): once one succeeds kgo sends EndTxn; if all fail, kgo aborts
+	// (TV2), and the staged acks with it.
+	done = done || s.tv2 && cl.BufferedProduceRecords() > 0
 	if done {
 		return pid, epoch, nil
 	}

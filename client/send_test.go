@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -480,12 +481,39 @@ func TestNoTouchAfterProduce(t *testing.T) {
 	if n, want := len(touches(t, c)), map[bool]int{true: 1, false: 2}[tv2]; n != want {
 		t.Fatalf("%d touch records after an acks-only transaction, want %d", n, want)
 	}
+	// Records in flight when the acks are sent: no touch either (the
+	// broker holds the produce until the acks were sent).
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		once.Do(func() { c.SleepControl(func() { <-release }) })
+		return nil, nil, false
+	})
+	done := make(chan error, 1)
+	cl.Produce(ctx, &kgo.Record{Topic: "in2", Value: []byte("out2")}, func(_ *kgo.Record, err error) { done <- err })
+	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if n, want := len(touches(t, c)), map[bool]int{true: 1, false: 3}[tv2]; n != want {
+		t.Fatalf("%d touch records after a transaction with a record in flight, want %d", n, want)
+	}
 	// Outside a transaction the produced record of the last committed one
 	// does not count: the touch fails and nothing is staged.
 	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
 		t.Fatalf("outside a transaction: %v", err)
 	}
-	if len(f.requests()) != 2 {
-		t.Fatalf("%d requests, want 2", len(f.requests()))
+	if len(f.requests()) != 3 {
+		t.Fatalf("%d requests, want 3", len(f.requests()))
 	}
 }
