@@ -44,10 +44,10 @@ type Results struct {
 	ProxyCost      map[string]proxyCost `json:"proxy_cost"`
 	ProxyCostTotal proxyCost            `json:"proxy_cost_pass_through"`
 	// The reference relay process over each relayed phase.
-	RelayCost      map[string]proxyCost `json:"relay_cost,omitempty"`
-	ProxyRSSStart  int64                `json:"proxy_rss_bytes_at_start"`
-	ProxyRSSEnd    int64                `json:"proxy_rss_bytes_at_end"`
-	ProxyHWM       int64                `json:"proxy_hwm_bytes_at_end"`
+	RelayCost     map[string]proxyCost `json:"relay_cost,omitempty"`
+	ProxyRSSStart int64                `json:"proxy_rss_bytes_at_start"`
+	ProxyRSSEnd   int64                `json:"proxy_rss_bytes_at_end"`
+	ProxyHWM      int64                `json:"proxy_hwm_bytes_at_end"`
 
 	Pipeline []*pipelineResult `json:"pipeline"`
 	Paced    *pipelineResult   `json:"latency_pipeline"` // franz-go default share consumer settings, paced input
