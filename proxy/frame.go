@@ -82,12 +82,9 @@ func ParseRequestHeader(frame []byte) (RequestHeader, error) {
 	} else if l != -1 {
 		return h, fmt.Errorf("%w: client id length %d", ErrBadHeader, l)
 	}
-	if req := kmsg.RequestForKey(h.Key); req != nil {
-		req.SetVersion(h.Version)
-		// ControlledShutdown v0 (broker to controller only) has header v0;
-		// the proxy never sees it from clients.
-		h.Flexible = req.IsFlexible()
-	}
+	// ControlledShutdown v0 (broker to controller only) has header v0;
+	// the proxy never sees it from clients.
+	h.Flexible = flexibleRequest(h.Key, h.Version)
 	if h.Flexible {
 		n, err := skipTags(frame[off:])
 		if err != nil {

@@ -149,3 +149,26 @@ func FuzzParseRequestHeader(f *testing.F) {
 		ResponseBodyOffset(b, h.Key, h.Flexible)
 	})
 }
+
+// The precomputed key table agrees with kmsg for every key and version
+// (and one version past kmsg's newest).
+func TestKeyTableMatchesKmsg(t *testing.T) {
+	for k := int16(-1); k <= kmsg.MaxKey+1; k++ {
+		req := kmsg.RequestForKey(k)
+		if known(k) != (req != nil) {
+			t.Fatalf("key %d: known %v", k, known(k))
+		}
+		if req == nil {
+			if flexibleRequest(k, 0) {
+				t.Fatalf("unknown key %d flexible", k)
+			}
+			continue
+		}
+		for v := int16(0); v <= req.MaxVersion()+1; v++ {
+			req.SetVersion(v)
+			if got, want := flexibleRequest(k, v), req.IsFlexible(); got != want {
+				t.Fatalf("key %d v%d: flexible %v, kmsg says %v", k, v, got, want)
+			}
+		}
+	}
+}

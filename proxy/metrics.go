@@ -84,4 +84,3 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func known(key int16) bool { return key >= 0 && key <= kmsg.MaxKey && kmsg.RequestForKey(key) != nil }
