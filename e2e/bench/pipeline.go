@@ -49,6 +49,10 @@ type pipelineOpts struct {
 	bs, in, out, group string
 	txn                bool
 	kafkaTxnOnly       bool // a transactional producer, acknowledgements outside the transaction
+	// sequential (txn-seq): wait for the outputs, then send the acks (the
+	// acks cannot overlap the produce; the transaction already produced,
+	// so there is no touch record either)
+	sequential bool
 	batch              int
 	target             int64         // stop after this many records
 	maxDur             time.Duration // or after this long
@@ -152,7 +156,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 			res.Transactions++
 			continue
 		}
-		if err := txnOnce(ctx, producer, recs, outs, md, o.txn, res); err != nil {
+		if err := txnOnce(ctx, producer, recs, outs, md, o.txn, o.sequential, res); err != nil {
 			res.Aborts++
 			failedInARow++
 			if failedInARow >= 5 {
@@ -189,7 +193,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 // records for redelivery (client.ReleaseForRedelivery). With bindAcks the
 // ACCEPTs are bound to the transaction; without, they are sent explicitly
 // after the commit.
-func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record, md client.ShareGroupMetadata, bindAcks bool, res *pipelineResult) error {
+func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record, md client.ShareGroupMetadata, bindAcks, sequential bool, res *pipelineResult) error {
 	if err := producer.BeginTransaction(); err != nil {
 		client.ReleaseForRedelivery(recs...)
 		return fmt.Errorf("begin: %w", err)
@@ -201,7 +205,8 @@ func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record
 	// The outputs are produced asynchronously and, with bindAcks, the
 	// acknowledgements are sent while they are in flight (the order the
 	// client package documents: no touch record, and the proxy's shadow
-	// write overlaps the produce); then Flush waits for the outputs.
+	// write overlaps the produce); then Flush waits for the outputs. With
+	// sequential, Flush comes first.
 	t := time.Now()
 	var perr error
 	var mu sync.Mutex
@@ -217,7 +222,10 @@ func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record
 		})
 	}
 	var err error
-	if bindAcks {
+	if sequential {
+		err = producer.Flush(ctx)
+	}
+	if bindAcks && err == nil {
 		ta := time.Now()
 		err = client.SendShareAcknowledgementsToTransaction(ctx, producer, acks, md)
 		if err == nil {
