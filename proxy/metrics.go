@@ -83,4 +83,3 @@ func NewMetrics() *Metrics {
 	m.requestsVec, m.reqBytesVec, m.respBytesVec, m.latencyVec = requests, reqBytes, respBytes, latency
 	return m
 }
-

@@ -53,9 +53,9 @@ type pipelineOpts struct {
 	// acks cannot overlap the produce; the transaction already produced,
 	// so there is no touch record either)
 	sequential bool
-	batch              int
-	target             int64         // stop after this many records
-	maxDur             time.Duration // or after this long
+	batch      int
+	target     int64         // stop after this many records
+	maxDur     time.Duration // or after this long
 	// defaults: kgo's default share consumer settings (no ShareMaxRecords,
 	// no FetchMaxWait); otherwise ShareMaxRecords is raised to batch when
 	// batch exceeds kgo's default of 500.
