@@ -221,9 +221,21 @@ func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record
 			}
 		})
 	}
+	outputs := func() error { // waits for the outputs and times them
+		err := producer.Flush(ctx)
+		mu.Lock()
+		if perr != nil && err == nil {
+			err = perr
+		}
+		mu.Unlock()
+		if err == nil {
+			res.produceLat = append(res.produceLat, time.Since(t).Seconds())
+		}
+		return err
+	}
 	var err error
 	if sequential {
-		err = producer.Flush(ctx)
+		err = outputs()
 	}
 	if bindAcks && err == nil {
 		ta := time.Now()
@@ -232,16 +244,10 @@ func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record
 			res.ackLat = append(res.ackLat, time.Since(ta).Seconds())
 		}
 	}
-	if ferr := producer.Flush(ctx); ferr != nil && err == nil {
-		err = ferr
-	}
-	mu.Lock()
-	if perr != nil && err == nil {
-		err = perr
-	}
-	mu.Unlock()
-	if err == nil {
-		res.produceLat = append(res.produceLat, time.Since(t).Seconds())
+	if !sequential {
+		if ferr := outputs(); err == nil {
+			err = ferr
+		}
 	}
 	if err == nil {
 		t := time.Now()

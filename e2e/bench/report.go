@@ -264,7 +264,7 @@ func WriteTable(w io.Writer, r *Results) {
 		fmt.Fprintf(tw, "transactions of %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Batch, f0(av), f0(kv), f0(kd), f0(ts), f0(tv), pct(tv, av), pct(tv, kv), per, stages, ack, ca)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(alo: explicit ACCEPTs, idempotent producer; kafka-txn: a transactional producer, ACCEPTs after the commit — Kafka transactions alone (kafka-txn direct: the same without the proxy); txn: ACCEPTs bound to the transaction, sent while the outputs are in flight; txn-seq: the same, sent after the outputs were acknowledged)")
+	fmt.Fprintln(w, "(alo: explicit ACCEPTs, idempotent producer; kafka-txn: a transactional producer, ACCEPTs after the commit — Kafka transactions alone (kafka-txn direct: the same without the proxy); txn: ACCEPTs bound to the transaction, sent while the outputs are in flight (its produce stage runs from the first Produce to the end of Flush, the TxnShareAcknowledge inside it); txn-seq: the same, sent after the outputs were acknowledged)")
 	if p := r.Paced; p != nil {
 		fmt.Fprintf(w, "\nlatency pipeline (paced input %d records/s, franz-go default share consumer settings): %d records, %d transactions (%.1f records each)\n",
 			r.Options.PacedRate, p.Records, p.Transactions, p.AvgBatch)
