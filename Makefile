@@ -16,6 +16,7 @@ build:
 
 vet:
 	go vet ./...
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 
 # Every test: unit tests, fuzz seeds, and the end-to-end suite against kfake
 # AND a real Apache Kafka cluster (started here from Maven Central jars):
