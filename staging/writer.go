@@ -99,6 +99,11 @@ const maxFresh = 100000
 // that epoch was written before, so the first write of it needs no
 // DescribeProducers. Under transaction version 2 every transaction has a
 // new epoch, so this saves one round trip per TxnShareAcknowledge.
+//
+// It assumes a transactional id's requests pass through one proxy (the
+// sidecar model): were another proxy to write a shadow record in the same
+// epoch first, this Writer's sequence 0 would be dropped as a duplicate
+// (docs/guarantees.md lists the window).
 func (w *Writer) MarkFresh(producerID int64, epoch int16) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
