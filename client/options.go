@@ -1,6 +1,7 @@
 package client
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,9 +23,12 @@ type config struct {
 	partitioner kgo.Partitioner
 	versions    *kversion.Versions
 
-	// produced is the producer id and epoch of the last record a client
-	// with these options produced successfully (see producedHook).
-	produced atomic.Pointer[pidEpoch]
+	// produced: per producer id, the epoch of the newest record a client
+	// with these options produced successfully (see producedHook). last is
+	// the newest entry, so the hook takes the lock only when it changes.
+	producedMu sync.Mutex
+	produced   map[int64]int16
+	last       atomic.Pointer[pidEpoch]
 }
 
 type pidEpoch struct {
@@ -32,29 +36,42 @@ type pidEpoch struct {
 	epoch int16
 }
 
+// maxProduced bounds the produced map (one entry per producer id sharing
+// these options); when full it is emptied, which costs at most a touch.
+const maxProduced = 1024
+
 // producedIn reports whether a record was produced successfully with this
 // producer id and epoch. Under transaction version 2 every EndTxn bumps the
 // epoch, so that means the current transaction holds a record and kgo's
-// EndTransaction will send EndTxn.
+// EndTransaction will send EndTxn. The touch record counts too.
 func (c *config) producedIn(id int64, epoch int16) bool {
-	p := c.produced.Load()
-	return p != nil && p.id == id && p.epoch == epoch
+	c.producedMu.Lock()
+	defer c.producedMu.Unlock()
+	e, ok := c.produced[id]
+	return ok && e == epoch
 }
 
 // producedHook records the producer id and epoch of successfully produced
 // records. kgo marks a partition added to the transaction on a successful
-// produce response, before it finishes the record's promise, so once the
-// hook has seen a record of (id, epoch), EndTransaction will not skip EndTxn.
+// produce response and calls this hook before the record's promise, so once
+// a ProduceSync of (id, epoch) returned, producedIn(id, epoch) is true.
 type producedHook struct{ cfg *config }
 
 func (h producedHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	if err != nil || r.ProducerID < 0 {
 		return
 	}
-	if p := h.cfg.produced.Load(); p != nil && p.id == r.ProducerID && p.epoch == r.ProducerEpoch {
+	c := h.cfg
+	if p := c.last.Load(); p != nil && p.id == r.ProducerID && p.epoch == r.ProducerEpoch {
 		return
 	}
-	h.cfg.produced.Store(&pidEpoch{id: r.ProducerID, epoch: r.ProducerEpoch})
+	c.producedMu.Lock()
+	if c.produced == nil || len(c.produced) >= maxProduced {
+		c.produced = map[int64]int16{}
+	}
+	c.produced[r.ProducerID] = r.ProducerEpoch
+	c.producedMu.Unlock()
+	c.last.Store(&pidEpoch{id: r.ProducerID, epoch: r.ProducerEpoch})
 }
 
 // Option configures ClientOpts.

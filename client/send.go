@@ -33,17 +33,14 @@ const (
 
 // clientState is what the package remembers per kgo.Client.
 type clientState struct {
-	mu         sync.Mutex
-	checked    bool // the cluster advertises the key
-	tv2        bool // transaction version 2 is in use
-	topicIDs   map[string][16]byte
-	shadowN    int32
-	shadowAt   time.Time
-	owned      bool       // a TransactionalShareAcknowledger owns the client's transactions
-	touchMu    sync.Mutex // serializes touches
-	touched    bool
-	touchPID   int64
-	touchEpoch int16
+	mu       sync.Mutex
+	checked  bool // the cluster advertises the key
+	tv2      bool // transaction version 2 is in use
+	topicIDs map[string][16]byte
+	shadowN  int32
+	shadowAt time.Time
+	owned    bool       // a TransactionalShareAcknowledger owns the client's transactions
+	touchMu  sync.Mutex // serializes touches
 }
 
 var states sync.Map // weak.Pointer[kgo.Client] -> *clientState
@@ -413,13 +410,14 @@ func (s *clientState) ensureTouched(ctx context.Context, cl *kgo.Client, cfg *co
 		return 0, 0, fmt.Errorf("sharetx: producer id: %w", err)
 	}
 	s.mu.Lock()
-	done := s.tv2 && (s.touched && s.touchPID == pid && s.touchEpoch == epoch || cfg.producedIn(pid, epoch))
+	tv2 := s.tv2
 	s.mu.Unlock()
-	// Records buffered or in flight now belong to this transaction (kgo
-	// refuses produces outside one, and EndTransaction must follow a
-	// Flush): once one succeeds kgo sends EndTxn; if all fail, kgo aborts
+	// A record produced in this transaction (the touch record included), or
+	// records buffered or in flight now: those belong to this transaction
+	// (kgo refuses produces outside one, and EndTransaction must follow a
+	// Flush); once one succeeds kgo sends EndTxn; if all fail, kgo aborts
 	// (TV2), and the staged acks with it.
-	done = done || s.tv2 && cl.BufferedProduceRecords() > 0
+	done := tv2 && (cfg.producedIn(pid, epoch) || cl.BufferedProduceRecords() > 0)
 	if done {
 		return pid, epoch, nil
 	}
@@ -444,12 +442,10 @@ func (s *clientState) ensureTouched(ctx context.Context, cl *kgo.Client, cfg *co
 	if r.Partition != p {
 		return 0, 0, fmt.Errorf("sharetx: the touch record landed on %s[%d] instead of partition %d: the client's partitioner was replaced", cfg.shadowTopic, r.Partition, p)
 	}
-	pid, epoch, err = cl.ProducerID(ctx)
-	if err != nil {
+	// The produce hook noted the touch: later calls of this transaction
+	// find producedIn(pid, epoch).
+	if pid, epoch, err = cl.ProducerID(ctx); err != nil {
 		return 0, 0, fmt.Errorf("sharetx: producer id: %w", err)
 	}
-	s.mu.Lock()
-	s.touched, s.touchPID, s.touchEpoch = true, pid, epoch
-	s.mu.Unlock()
 	return pid, epoch, nil
 }

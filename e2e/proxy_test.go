@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/sharetx/sharetx/intercept"
 )
 
@@ -172,22 +173,8 @@ func TestTransactionalReadCommitted(t *testing.T) {
 
 func setShareAutoOffsetReset(t testing.TB, cl *kgo.Client, group string) {
 	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	res.ResourceName = group
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value = "share.auto.offset.reset", kmsg.StringPtr("earliest")
-	res.Configs = append(res.Configs, c)
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
-	if err != nil {
-		t.Fatalf("set share.auto.offset.reset: %v", err)
-	}
-	for _, r := range resp.Resources {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			t.Fatalf("set share.auto.offset.reset: %v", err)
-		}
+	if err := sim.AlterConfigs(ctxT(t, 30*time.Second), cl, kmsg.ConfigResourceTypeGroupConfig, group, map[string]string{"share.auto.offset.reset": "earliest"}); err != nil {
+		t.Fatal(err)
 	}
 }
 

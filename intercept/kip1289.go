@@ -241,7 +241,8 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 	if len(recs) == 0 {
 		return
 	}
-	deadline := time.Now().Add(lock)
+	now := time.Now()
+	deadline := now.Add(lock)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	k := partKey{group, topic, partition}
@@ -254,8 +255,8 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 		e.topics[group] = map[[16]byte]bool{}
 	}
 	e.topics[group][topic] = true
-	if len(ps.acq) > 0 && time.Now().After(ps.acq[0].deadline.Add(time.Minute)) {
-		ps.pruneAcq(time.Now(), time.Minute)
+	if len(ps.acq) > 0 && now.After(ps.acq[0].deadline.Add(time.Minute)) {
+		ps.pruneAcq(now, time.Minute)
 	}
 	for _, r := range recs {
 		if r.LastOffset < r.FirstOffset || r.LastOffset-r.FirstOffset >= 1<<20 {

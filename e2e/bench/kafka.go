@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // kafkaUp runs `kafka.sh up` (start or reuse a cluster; KAFKA_* variables
@@ -36,24 +37,7 @@ func kafkaUp(ctx context.Context, script string) ([]string, error) {
 // shareFromEarliest sets share.auto.offset.reset=earliest on a share group
 // (the default, latest, would hand a new group nothing already produced).
 func shareFromEarliest(ctx context.Context, cl *kgo.Client, group string) error {
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	res.ResourceName = group
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value = "share.auto.offset.reset", kmsg.StringPtr("earliest")
-	res.Configs = append(res.Configs, c)
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return fmt.Errorf("set share.auto.offset.reset of %s: %w", group, err)
-	}
-	for _, r := range resp.Resources {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			return fmt.Errorf("set share.auto.offset.reset of %s: %w", group, err)
-		}
-	}
-	return nil
+	return sim.AlterConfigs(ctx, cl, kmsg.ConfigResourceTypeGroupConfig, group, map[string]string{"share.auto.offset.reset": "earliest"})
 }
 
 // ---------------------------------------------------------------- Java tools

@@ -1,31 +1,26 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"github.com/sharetx/sharetx/e2e/sim"
-	"io"
 	"math/rand"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // proxyProc is the sharetx process under test: a separate OS process in
 // front of the cluster, configured by flags and SHARETX_* variables.
 type proxyProc struct {
-	cmd       *exec.Cmd
+	*sim.Proc
 	bootstrap string // where clients connect
 	metrics   string // host:port of /metrics
 	logPath   string
-	done      chan struct{}
-	err       error
 }
 
 // startProxy starts bin in front of seeds and waits for "sharetx: ready".
@@ -39,76 +34,28 @@ func startProxy(bin string, seeds []string, dir, logLevel string, timeout time.D
 		bootstrap: fmt.Sprintf("127.0.0.1:%d", base),
 		metrics:   fmt.Sprintf("127.0.0.1:%d", base+1),
 		logPath:   filepath.Join(dir, "sharetx.log"),
-		done:      make(chan struct{}),
 	}
-	lf, err := os.Create(pp.logPath)
-	if err != nil {
-		return nil, err
-	}
-	pp.cmd = exec.Command(bin, "--upstream", strings.Join(seeds, ","), "--bootstrap", pp.bootstrap, "--metrics", pp.metrics)
-	pp.cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"SHARETX_LISTEN_ADVERTISED_HOST=127.0.0.1",
 		"SHARETX_LISTEN_BROKER_PORT_BASE="+strconv.Itoa(base+2),
 		"SHARETX_KIP1289_PROXY_ID=bench-"+strconv.Itoa(os.Getpid()),
 		"SHARETX_LOG_LEVEL="+logLevel,
 	)
-	pp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the bench
-	pp.cmd.Stderr = lf
-	stdout, err := pp.cmd.StdoutPipe()
-	if err != nil {
-		lf.Close()
+	args := []string{"--upstream", strings.Join(seeds, ","), "--bootstrap", pp.bootstrap, "--metrics", pp.metrics}
+	if pp.Proc, err = sim.StartSharetx("sharetx", bin, args, env, pp.logPath, time.Now(), timeout); err != nil {
 		return nil, err
 	}
-	if err := pp.cmd.Start(); err != nil {
-		lf.Close()
-		return nil, err
-	}
-	ready := make(chan struct{})
-	var once sync.Once
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			fmt.Fprintln(lf, sc.Text())
-			if strings.HasPrefix(sc.Text(), "sharetx: ready") {
-				once.Do(func() { close(ready) })
-			}
-		}
-		io.Copy(lf, stdout)
-		pp.err = pp.cmd.Wait()
-		lf.Close()
-		close(pp.done)
-	}()
-	select {
-	case <-ready:
-		return pp, nil
-	case <-pp.done:
-		return nil, fmt.Errorf("sharetx exited during start-up: %v (see %s)", pp.err, pp.logPath)
-	case <-time.After(timeout):
-		pp.stop()
-		return nil, fmt.Errorf("sharetx not ready after %s (see %s)", timeout, pp.logPath)
-	}
+	return pp, nil
 }
 
-func (pp *proxyProc) pid() int { return pp.cmd.Process.Pid }
+func (pp *proxyProc) pid() int { return pp.Pid() }
 
-func (pp *proxyProc) alive() bool {
-	select {
-	case <-pp.done:
-		return false
-	default:
-		return true
-	}
-}
+func (pp *proxyProc) alive() bool { return !pp.Exited() }
 
 // stop sends SIGTERM (graceful shutdown) and, after 15 s, SIGKILL.
 func (pp *proxyProc) stop() {
-	pp.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-pp.done:
-	case <-time.After(15 * time.Second):
-		pp.cmd.Process.Kill()
-		<-pp.done
-	}
+	pp.Signal(syscall.SIGTERM)
+	pp.Wait(15 * time.Second)
 }
 
 // scrape reads the proxy's /metrics.

@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // The relay is the bench's reference for what any proxy of sharetx's shape
@@ -80,62 +79,47 @@ func relayConn(c net.Conn, target string) {
 
 // relayProc is a running relay process.
 type relayProc struct {
-	cmd  *exec.Cmd
+	*sim.Proc
 	addr string
 }
 
-func startRelay(ctx context.Context, target string) (*relayProc, error) {
+func startRelay(ctx context.Context, target, logPath string) (*relayProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "relay", target)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	addr := make(chan string, 1)
+	p, err := sim.StartProc("relay", self, []string{"relay", target}, os.Environ(), logPath, time.Now(), func(line string) {
+		if a, ok := strings.CutPrefix(line, "relay listening "); ok {
+			select {
+			case addr <- a:
+			default:
+			}
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(out)
-		if s.Scan() {
-			line <- s.Text()
-		}
-		close(line)
-		io.Copy(io.Discard, out)
-	}()
 	select {
-	case l, ok := <-line:
-		addr, found := strings.CutPrefix(l, "relay listening ")
-		if !ok || !found {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, fmt.Errorf("relay did not start (said %q)", l)
-		}
-		return &relayProc{cmd: cmd, addr: addr}, nil
+	case a := <-addr:
+		return &relayProc{Proc: p, addr: a}, nil
+	case <-p.Done():
+		return nil, fmt.Errorf("relay exited during start-up: %v (see %s)", p.Err(), logPath)
 	case <-time.After(10 * time.Second):
 	case <-ctx.Done():
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	return nil, errors.New("relay did not start within 10s")
+	p.Kill9()
+	return nil, fmt.Errorf("relay did not start within 10s (see %s)", logPath)
 }
 
-func (r *relayProc) stop() {
-	r.cmd.Process.Kill()
-	r.cmd.Wait()
-}
+func (r *relayProc) stop() { r.Kill9() }
 
 // usage is the relay's CPU time and the bytes it read (from both sides:
 // /proc/<pid>/io rchar, which counts socket reads), comparable to the
 // proxy's request + response bytes.
 func (r *relayProc) usage() (usage, error) {
 	u := usage{at: time.Now()}
-	pid := r.cmd.Process.Pid
+	pid := r.Pid()
 	var err error
 	if u.cpu, err = readProcCPU(pid); err != nil {
 		return u, err

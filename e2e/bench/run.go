@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/sharetx/sharetx/e2e/sim"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -128,7 +129,7 @@ func Run(ctx context.Context, o Options) *Results {
 		res.ProxyRSSEnd, res.ProxyHWM = u.mem.RSS, u.mem.HWM
 	}
 	if !b.proxy.alive() {
-		b.fail("proxy", fmt.Errorf("the sharetx process exited during the run: %v (see %s)", b.proxy.err, b.proxy.logPath))
+		b.fail("proxy", fmt.Errorf("the sharetx process exited during the run: %v (see %s)", b.proxy.Err(), b.proxy.logPath))
 	}
 	return res
 }
@@ -318,14 +319,14 @@ func (b *bench) startRelay(ctx context.Context) {
 		b.progress("no reference relay: it needs a one-broker cluster (brokers: %d, err: %v)", len(bs), err)
 		return
 	}
-	r, err := startRelay(ctx, b.direct)
+	r, err := startRelay(ctx, b.direct, filepath.Join(b.res.Options.WorkDir, "relay.log"))
 	if err != nil {
 		b.progress("no reference relay: %v", err)
 		return
 	}
 	b.relay = r
 	dialVia.Store(r.addr, r.addr)
-	b.progress("reference relay (user-space byte copy, no protocol logic) pid %d at %s -> %s", r.cmd.Process.Pid, r.addr, b.direct)
+	b.progress("reference relay (user-space byte copy, no protocol logic) pid %d at %s -> %s", r.Pid(), r.addr, b.direct)
 }
 
 func (b *bench) passThrough(ctx context.Context) {
