@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 func newAcknowledger(t *testing.T, producer *kgo.Client) *TransactionalShareAcknowledger {
@@ -40,7 +40,7 @@ func observeEndTxn(c *kfake.Cluster, commit bool) *kfake.FaultHandle {
 
 // offsetsOf lists what a TxnShareAcknowledge carried as "topic[p]@o=type",
 // sorted.
-func offsetsOf(reqs []*intercept.TxnShareAcknowledgeRequest, names map[[16]byte]string) []string {
+func offsetsOf(reqs []*kip1289.TxnShareAcknowledgeRequest, names map[[16]byte]string) []string {
 	var out []string
 	for _, r := range reqs {
 		for _, tp := range r.Topics {
@@ -307,7 +307,7 @@ func TestAcknowledgerRetriable(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.AcknowledgeAll([]*kgo.Record{rec("in", 1, 3), rec("in2", 0, 9)}, Reject)
-	f.setAnswer(func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
+	f.setAnswer(func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
 		return topLevelError(kerr.CoordinatorNotAvailable.Code, "sharetx: the TX_PENDING limit is reached")
 	})
 	err := a.Commit(ctx)
@@ -355,12 +355,12 @@ func TestAcknowledgerRejected(t *testing.T) {
 	bad1, bad2 := rec("in", 1, 10), rec("in", 1, 12)
 	a.AcknowledgeAll([]*kgo.Record{bad1, bad2, rec("in", 0, 3), rec("in2", 2, 7)}, Accept)
 	msg := "offset 10 is not acquired by the member"
-	f.setAnswer(func(req *intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
-		resp := &intercept.TxnShareAcknowledgeResponse{}
+	f.setAnswer(func(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
+		resp := &kip1289.TxnShareAcknowledgeResponse{}
 		for _, tp := range req.Topics {
-			rt := intercept.TxnShareAcknowledgeResponseTopic{TopicID: tp.TopicID}
+			rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: tp.TopicID}
 			for _, p := range tp.Partitions {
-				rp := intercept.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: kerr.OperationNotAttempted.Code}
+				rp := kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: kerr.OperationNotAttempted.Code}
 				if tp.TopicID == ids["in"] && p.Partition == 1 {
 					rp.ErrorCode, rp.ErrorMessage = kerr.InvalidRecordState.Code, &msg
 				}
@@ -515,7 +515,7 @@ func TestAcknowledgerFenced(t *testing.T) {
 		f := &fakeSharetx{key: 95}
 		a := newAcknowledger(t, newProducer(t, c, f))
 		a.Acknowledge(rec("in", 0, 1), Accept)
-		f.setAnswer(func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
+		f.setAnswer(func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
 			return topLevelError(kerr.ProducerFenced.Code, "sharetx: producer epoch 0 is older than the current 1")
 		})
 		err := a.Commit(context.Background())
@@ -536,7 +536,7 @@ func TestAcknowledgerTerminal(t *testing.T) {
 			f := &fakeSharetx{key: 95}
 			a := newAcknowledger(t, newProducer(t, c, f))
 			a.Acknowledge(rec("in", 0, 1), Accept)
-			f.setAnswer(func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
+			f.setAnswer(func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
 				return topLevelError(code.Code, "")
 			})
 			err := a.Commit(context.Background())
@@ -752,10 +752,13 @@ func TestAcknowledgerAbortReleases(t *testing.T) {
 	}
 }
 
-func topLevelError(code int16, msg string) *intercept.TxnShareAcknowledgeResponse {
-	r := &intercept.TxnShareAcknowledgeResponse{ErrorCode: code}
+// topLevelError refuses a call as sharetx does: the code at the top (the
+// reference layout has no top-level message) and on the partitions, with the
+// message there.
+func topLevelError(code int16, msg string) *kip1289.TxnShareAcknowledgeResponse {
+	r := &kip1289.TxnShareAcknowledgeResponse{ErrorCode: code}
 	if msg != "" {
-		r.ErrorMessage = &msg
+		r.Topics = []kip1289.TxnShareAcknowledgeResponseTopic{{Partitions: []kip1289.TxnShareAcknowledgeResponsePartition{{ErrorCode: code, ErrorMessage: &msg}}}}
 	}
 	return r
 }

@@ -199,7 +199,8 @@ type ShareGroupMetadata struct {
 	// MemberID of the share consumer; "" lets the proxy resolve the member
 	// that acquired the offsets (franz-go does not expose its member id).
 	MemberID string
-	// MemberEpoch of the share consumer; -1 means not checked.
+	// MemberEpoch of the share consumer: with a MemberID it must be the
+	// member's current epoch; with MemberID "" it is not checked.
 	MemberEpoch int32
 }
 

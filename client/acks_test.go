@@ -146,11 +146,11 @@ func TestShareGroupMetadata(t *testing.T) {
 		t.Fatalf("%+v", md)
 	}
 	req := buildRequest(95, "tx", md, nil, nil)
-	if req.MemberID != nil || req.MemberEpoch != -1 || req.GroupID != "g" {
+	if req.MemberID != "" || req.MemberEpoch != -1 || req.GroupID != "g" {
 		t.Fatalf("%+v", req)
 	}
 	req = buildRequest(95, "tx", ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 3}, nil, nil)
-	if req.MemberID == nil || *req.MemberID != "m" || req.MemberEpoch != 3 {
+	if req.MemberID != "m" || req.MemberEpoch != 3 {
 		t.Fatalf("%+v", req)
 	}
 }

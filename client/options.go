@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // DefaultShadowTopic is the topic the sharetx proxy stages transactional
@@ -78,7 +78,7 @@ func (h producedHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 type Option func(*config)
 
 // APIKey sets the API key of TxnShareAcknowledge; it must match the proxy's
-// configuration. The default is 95 (intercept.DefaultTxnShareAcknowledgeKey).
+// configuration. The default is 95 (kip1289.DefaultKey).
 // Values <= 0 keep the default.
 func APIKey(key int16) Option {
 	return func(c *config) {
@@ -116,7 +116,7 @@ func MaxVersions(v *kversion.Versions) Option {
 
 func newConfig(opts []Option) *config {
 	c := &config{
-		apiKey:      intercept.DefaultTxnShareAcknowledgeKey,
+		apiKey:      kip1289.DefaultKey,
 		shadowTopic: DefaultShadowTopic,
 	}
 	for _, o := range opts {

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 const (
@@ -122,7 +122,7 @@ func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.C
 	if err != nil {
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", err)
 	}
-	resp, ok := kresp.(*intercept.TxnShareAcknowledgeResponse)
+	resp, ok := kresp.(*kip1289.TxnShareAcknowledgeResponse)
 	if !ok {
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: unexpected response type %T", kresp)
 	}
@@ -153,23 +153,20 @@ func checkProducer(producer *kgo.Client, md ShareGroupMetadata) (string, *config
 	return txnID, cfg, nil
 }
 
-func buildRequest(key int16, txnID string, md ShareGroupMetadata, tbs []topicBatches, ids map[string][16]byte) *intercept.TxnShareAcknowledgeRequest {
-	req := &intercept.TxnShareAcknowledgeRequest{
+func buildRequest(key int16, txnID string, md ShareGroupMetadata, tbs []topicBatches, ids map[string][16]byte) *kip1289.TxnShareAcknowledgeRequest {
+	req := &kip1289.TxnShareAcknowledgeRequest{
 		APIKey:          key,
-		TransactionalID: txnID,
+		TransactionalID: &txnID,
 		GroupID:         md.GroupID,
+		MemberID:        md.MemberID,
 		MemberEpoch:     md.MemberEpoch,
 	}
-	if md.MemberID != "" {
-		m := md.MemberID
-		req.MemberID = &m
-	}
 	for _, tb := range tbs {
-		t := intercept.TxnShareAcknowledgeTopic{TopicID: ids[tb.topic]}
+		t := kip1289.TxnShareAcknowledgeTopic{TopicID: ids[tb.topic]}
 		for _, pb := range tb.partitions {
-			p := intercept.TxnShareAcknowledgePartition{Partition: pb.partition}
+			p := kip1289.TxnShareAcknowledgePartition{Partition: pb.partition}
 			for _, b := range pb.batches {
-				p.AcknowledgementBatches = append(p.AcknowledgementBatches, intercept.TxnShareAcknowledgeBatch{
+				p.AcknowledgementBatches = append(p.AcknowledgementBatches, kip1289.TxnShareAcknowledgeBatch{
 					FirstOffset:      b.first,
 					LastOffset:       b.last,
 					AcknowledgeTypes: b.types,
@@ -182,11 +179,17 @@ func buildRequest(key int16, txnID string, md ShareGroupMetadata, tbs []topicBat
 	return req
 }
 
-func (s *clientState) mapResponse(resp *intercept.TxnShareAcknowledgeResponse, byID map[[16]byte]string) error {
+func (s *clientState) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byID map[[16]byte]string) error {
 	if resp.ErrorCode != 0 {
+		// The reference layout has no top-level message; sharetx repeats
+		// the code, with its message, on the partitions.
 		err := kerr.ErrorForCode(resp.ErrorCode)
-		if resp.ErrorMessage != nil && *resp.ErrorMessage != "" {
-			return fmt.Errorf("sharetx: TxnShareAcknowledge: %w: %s", err, *resp.ErrorMessage)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode == resp.ErrorCode && p.ErrorMessage != nil && *p.ErrorMessage != "" {
+					return fmt.Errorf("sharetx: TxnShareAcknowledge: %w: %s", err, *p.ErrorMessage)
+				}
+			}
 		}
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", err)
 	}

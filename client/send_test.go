@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 const testTxnID = "sharetx-client-test"
@@ -100,7 +100,7 @@ func touches(t *testing.T, c *kfake.Cluster) []*kgo.Record {
 func TestNotAdvertised(t *testing.T) {
 	c := newCluster(t, 3)
 	var reqs int
-	c.ControlKey(int16(intercept.DefaultTxnShareAcknowledgeKey), func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.ControlKey(int16(kip1289.DefaultKey), func(kmsg.Request) (kmsg.Response, error, bool) {
 		reqs++
 		return nil, nil, false
 	})
@@ -210,17 +210,17 @@ func TestSendThroughFakeProxy(t *testing.T) {
 		t.Fatalf("%d requests", len(reqs))
 	}
 	r := reqs[0]
-	if r.TransactionalID != testTxnID || r.ProducerID != pid || r.ProducerEpoch != epoch ||
-		r.GroupID != "g" || r.MemberID == nil || *r.MemberID != "m1" || r.MemberEpoch != 4 {
+	if r.TransactionalID == nil || *r.TransactionalID != testTxnID || r.ProducerID != pid || r.ProducerEpoch != epoch ||
+		r.GroupID != "g" || r.MemberID != "m1" || r.MemberEpoch != 4 {
 		t.Fatalf("request header: %+v (pid %d epoch %d)", r, pid, epoch)
 	}
-	want := []intercept.TxnShareAcknowledgeTopic{
-		{TopicID: ids["in"], Partitions: []intercept.TxnShareAcknowledgePartition{
-			{Partition: 0, AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: 3, LastOffset: 3, AcknowledgeTypes: []int8{1}}}},
-			{Partition: 1, AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: 10, LastOffset: 11, AcknowledgeTypes: []int8{1, 3}}}},
+	want := []kip1289.TxnShareAcknowledgeTopic{
+		{TopicID: ids["in"], Partitions: []kip1289.TxnShareAcknowledgePartition{
+			{Partition: 0, AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{{FirstOffset: 3, LastOffset: 3, AcknowledgeTypes: []int8{1}}}},
+			{Partition: 1, AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{{FirstOffset: 10, LastOffset: 11, AcknowledgeTypes: []int8{1, 3}}}},
 		}},
-		{TopicID: ids["in2"], Partitions: []intercept.TxnShareAcknowledgePartition{
-			{Partition: 2, AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: 7, LastOffset: 7, AcknowledgeTypes: []int8{3}}}},
+		{TopicID: ids["in2"], Partitions: []kip1289.TxnShareAcknowledgePartition{
+			{Partition: 2, AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{{FirstOffset: 7, LastOffset: 7, AcknowledgeTypes: []int8{3}}}},
 		}},
 	}
 	if !equalTopics(r.Topics, want) {
@@ -264,7 +264,7 @@ func TestSendThroughFakeProxy(t *testing.T) {
 	}
 }
 
-func equalTopics(a, b []intercept.TxnShareAcknowledgeTopic) bool {
+func equalTopics(a, b []kip1289.TxnShareAcknowledgeTopic) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -308,8 +308,8 @@ func TestSendErrors(t *testing.T) {
 	defer cl.EndTransaction(ctx, kgo.TryAbort)
 
 	msg := "no ongoing transaction"
-	f.setAnswer(func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
-		return &intercept.TxnShareAcknowledgeResponse{ErrorCode: kerr.InvalidTxnState.Code, ErrorMessage: &msg}
+	f.setAnswer(func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
+		return topLevelError(kerr.InvalidTxnState.Code, msg)
 	})
 	err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md)
 	if !errors.Is(err, kerr.InvalidTxnState) || !strings.Contains(err.Error(), msg) {
@@ -318,12 +318,12 @@ func TestSendErrors(t *testing.T) {
 
 	ids := topicIDs(t, cl, "in", "in2")
 	badMsg := "offset 11 not acquired by the member"
-	f.setAnswer(func(req *intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
-		resp := &intercept.TxnShareAcknowledgeResponse{}
+	f.setAnswer(func(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
+		resp := &kip1289.TxnShareAcknowledgeResponse{}
 		for _, tp := range req.Topics {
-			rt := intercept.TxnShareAcknowledgeResponseTopic{TopicID: tp.TopicID}
+			rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: tp.TopicID}
 			for _, p := range tp.Partitions {
-				rp := intercept.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: kerr.OperationNotAttempted.Code}
+				rp := kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: kerr.OperationNotAttempted.Code}
 				if tp.TopicID == ids["in"] && p.Partition == 1 {
 					rp.ErrorCode, rp.ErrorMessage = kerr.InvalidRecordState.Code, &badMsg
 				}

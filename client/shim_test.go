@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // fakeSharetx stands in for the proxy in tests: installed as the kgo dialer,
@@ -21,23 +21,23 @@ import (
 type fakeSharetx struct {
 	key    int16
 	mu     sync.Mutex
-	reqs   []*intercept.TxnShareAcknowledgeRequest
-	answer func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse
+	reqs   []*kip1289.TxnShareAcknowledgeRequest
+	answer func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse
 }
 
-func (f *fakeSharetx) requests() []*intercept.TxnShareAcknowledgeRequest {
+func (f *fakeSharetx) requests() []*kip1289.TxnShareAcknowledgeRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]*intercept.TxnShareAcknowledgeRequest(nil), f.reqs...)
+	return append([]*kip1289.TxnShareAcknowledgeRequest(nil), f.reqs...)
 }
 
-func (f *fakeSharetx) setAnswer(fn func(*intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse) {
+func (f *fakeSharetx) setAnswer(fn func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse) {
 	f.mu.Lock()
 	f.answer = fn
 	f.mu.Unlock()
 }
 
-func (f *fakeSharetx) handle(req *intercept.TxnShareAcknowledgeRequest) *intercept.TxnShareAcknowledgeResponse {
+func (f *fakeSharetx) handle(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	answer := f.answer
@@ -45,11 +45,11 @@ func (f *fakeSharetx) handle(req *intercept.TxnShareAcknowledgeRequest) *interce
 	if answer != nil {
 		return answer(req)
 	}
-	resp := &intercept.TxnShareAcknowledgeResponse{APIKey: req.APIKey}
+	resp := &kip1289.TxnShareAcknowledgeResponse{APIKey: req.APIKey}
 	for _, t := range req.Topics {
-		rt := intercept.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
+		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
 		for _, p := range t.Partitions {
-			rt.Partitions = append(rt.Partitions, intercept.TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
+			rt.Partitions = append(rt.Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
@@ -129,7 +129,7 @@ func (c *shimConn) request(frame []byte) error {
 		return c.enqueue(pending{patchAV: key == 18, version: version})
 	}
 	kmsg.SkipTags(&r) // flexible request header
-	req := &intercept.TxnShareAcknowledgeRequest{APIKey: key, Version: version}
+	req := &kip1289.TxnShareAcknowledgeRequest{APIKey: key, Version: version}
 	if err := req.ReadFrom(r.Src); err != nil {
 		return err
 	}

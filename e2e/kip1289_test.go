@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/client"
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // kipSetup is a share group over an input topic, a transactional producer
@@ -256,14 +256,14 @@ func TestKIP1289Refusals(t *testing.T) {
 		member := dg[s.group].Members[0]
 		pid, epoch, _ := s.producer.ProducerID(ctx)
 		txnID, _ := s.producer.OptValue(kgo.TransactionalID).(string)
-		raw := func(memberID string, memberEpoch int32, ty int8, r *kgo.Record) *intercept.TxnShareAcknowledgeResponse {
-			req := &intercept.TxnShareAcknowledgeRequest{TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch,
-				GroupID: s.group, MemberID: &memberID, MemberEpoch: memberEpoch, Topics: []intercept.TxnShareAcknowledgeTopic{{
-					TopicID: topicIDOf(t, s.admin, s.in), Partitions: []intercept.TxnShareAcknowledgePartition{{Partition: r.Partition,
-						AcknowledgementBatches: []intercept.TxnShareAcknowledgeBatch{{FirstOffset: r.Offset, LastOffset: r.Offset, AcknowledgeTypes: []int8{ty}}}}}}}}
-			return rawRoundTrip(t, s.p.Addr, req).(*intercept.TxnShareAcknowledgeResponse)
+		raw := func(memberID string, memberEpoch int32, ty int8, r *kgo.Record) *kip1289.TxnShareAcknowledgeResponse {
+			req := &kip1289.TxnShareAcknowledgeRequest{TransactionalID: &txnID, ProducerID: pid, ProducerEpoch: epoch,
+				GroupID: s.group, MemberID: memberID, MemberEpoch: memberEpoch, Topics: []kip1289.TxnShareAcknowledgeTopic{{
+					TopicID: topicIDOf(t, s.admin, s.in), Partitions: []kip1289.TxnShareAcknowledgePartition{{Partition: r.Partition,
+						AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{{FirstOffset: r.Offset, LastOffset: r.Offset, AcknowledgeTypes: []int8{ty}}}}}}}}
+			return rawRoundTrip(t, s.p.Addr, req).(*kip1289.TxnShareAcknowledgeResponse)
 		}
-		partCode := func(r *intercept.TxnShareAcknowledgeResponse) int16 {
+		partCode := func(r *kip1289.TxnShareAcknowledgeResponse) int16 {
 			if r.ErrorCode != 0 || len(r.Topics) == 0 || len(r.Topics[0].Partitions) == 0 {
 				return r.ErrorCode
 			}
@@ -275,10 +275,17 @@ func TestKIP1289Refusals(t *testing.T) {
 		}
 		// Stale member epoch.
 		if got := raw(member.MemberID, member.MemberEpoch-1, 1, other); got.ErrorCode != kerr.StaleMemberEpoch.Code {
-			t.Errorf("stale member epoch: %d (%s), want STALE_MEMBER_EPOCH", got.ErrorCode, deref(got.ErrorMessage))
+			t.Errorf("stale member epoch: %d (%s), want STALE_MEMBER_EPOCH", got.ErrorCode, topMessage(got))
 		}
-		// RELEASE, RENEW and GAP cannot be transactional.
-		for _, ty := range []int8{2, 4, 0} {
+		// An epoch ahead of the member's, and -1 with a member id (no
+		// wildcard): STALE_MEMBER_EPOCH, as the reference broker answers.
+		for _, ep := range []int32{member.MemberEpoch + 1, -1} {
+			if got := raw(member.MemberID, ep, 1, other); got.ErrorCode != kerr.StaleMemberEpoch.Code {
+				t.Errorf("member epoch %d (current %d): %d (%s), want STALE_MEMBER_EPOCH", ep, member.MemberEpoch, got.ErrorCode, topMessage(got))
+			}
+		}
+		// RELEASE and RENEW cannot be transactional.
+		for _, ty := range []int8{2, 4} {
 			if got := partCode(raw(member.MemberID, member.MemberEpoch, ty, other)); got != kerr.InvalidRecordState.Code {
 				t.Errorf("acknowledge type %d: %d, want INVALID_RECORD_STATE", ty, got)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/e2e/sim"
-	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -366,7 +366,7 @@ func TestApiVersionsCapped(t *testing.T) {
 		}
 		txnKey := false
 		for _, k := range resp.ApiKeys {
-			if k.ApiKey == intercept.DefaultTxnShareAcknowledgeKey {
+			if k.ApiKey == kip1289.DefaultKey {
 				txnKey = k.MinVersion == 0 && k.MaxVersion == 0
 				continue
 			}

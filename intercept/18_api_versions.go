@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // ApiVersions: keys kmsg does not know are removed (the proxy refuses to
@@ -90,13 +92,15 @@ func (e *KIP1289) Serves(key int16) bool { return key == e.key && !e.conflict.Lo
 
 // TxnHook answers a TxnShareAcknowledge request, off the read loop.
 func (e *KIP1289) TxnHook(r *Request) Action {
-	req := &TxnShareAcknowledgeRequest{APIKey: e.key, Version: r.Version}
+	req := &kip1289.TxnShareAcknowledgeRequest{APIKey: e.key, Version: r.Version}
 	if r.Version != 0 {
-		return Action{Local: &TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.UnsupportedVersion.Code}}
+		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.UnsupportedVersion.Code}}
 	}
 	if err := req.ReadFrom(r.Body()); err != nil {
-		msg := "sharetx: malformed TxnShareAcknowledge: " + err.Error()
-		return Action{Local: &TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code, ErrorMessage: &msg}}
+		// The reference layout has no top-level message, and a request
+		// that does not decode names no partitions to carry one.
+		e.log.Debug("malformed TxnShareAcknowledge", "err", err)
+		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code}}
 	}
 	return Action{Async: func() kmsg.Response {
 		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)

@@ -126,7 +126,7 @@ func init() {
 				for i, b := range p.AcknowledgementBatches {
 					in[i] = ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}
 				}
-				out, held := e.filterClientAcks(st.group, t.TopicID, p.Partition, in)
+				out, held := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
 				if held == 0 {
 					continue
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/staging"
 )
 
@@ -100,6 +101,7 @@ type kipMetrics struct {
 	known         prometheus.Gauge
 	redelivered   *prometheus.CounterVec
 	canRenew      prometheus.Gauge
+	released      prometheus.Counter
 }
 
 // session is a member's share session on one broker, as the proxy
@@ -165,11 +167,13 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "Redelivered records taken out of ShareFetch responses, by outcome: committed (acknowledged by the proxy with the committed type), held_open (held for a transaction still open), held_then_committed, held_then_aborted (released), and unverified (the shadow topic could not be read to its end in time; handed to the client)."}, []string{"outcome"})
 	canRenew := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "lock_renewal_supported",
 		Help: "1 when the cluster speaks ShareAcknowledge v2 (RENEW, Kafka 4.2+), so staged records' locks are kept alive; 0 when a transaction must end within the acquisition lock duration."})
+	released := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "aborted_records_released_total",
+		Help: "Records of aborted transactions the proxy released upstream at once (AVAILABLE for redelivery), as a broker with KIP-1289 does."})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered, canRenew)
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered, canRenew, released)
 	}
 	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed,
-		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered, canRenew: canRenew}
+		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered, canRenew: canRenew, released: released}
 	go e.renewLoop()
 	return e
 }
@@ -285,11 +289,12 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 	}
 }
 
-// filterClientAcks removes from a client's own acknowledgement the offsets
-// the proxy holds (staged, committed or applied) and forgets the acquired
-// ones the client settles itself. It returns what still goes upstream and
-// how many offsets were held back.
-func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32, batches []ackRange) (out []ackRange, held int) {
+// filterClientAcks removes from member's own acknowledgement the offsets
+// the proxy holds (staged, committed or applied) or whose delivery's
+// transaction aborted (owed, see owedAck), and forgets the acquired ones the
+// client settles itself. It returns what still goes upstream and how many
+// offsets were held back.
+func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partition int32, batches []ackRange) (out []ackRange, held int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	k := partKey{group, topic, partition}
@@ -301,15 +306,27 @@ func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32
 	if ps == nil {
 		ps = &partState{} // lookups in a nil map find nothing
 	}
-	// The client settles what it acknowledges, whatever of it is held back.
+	// The client settles what it acknowledges, whatever of it is held back;
+	// except an owed acknowledgement: it was of the aborted delivery, and a
+	// later acquisition of the offset by the member stands.
+	var owed map[int64]bool
 	defer func() {
 		for _, b := range batches {
-			ps.settle(b.first, b.last)
+			if len(owed) == 0 {
+				ps.settle(b.first, b.last)
+				continue
+			}
+			for o := b.first; o <= b.last; o++ {
+				if !owed[o] {
+					ps.settle(o, o)
+				}
+			}
 		}
 	}()
-	if len(ps.offsets) == 0 && len(known) == 0 {
-		return batches, 0 // nothing held or known: the common case, no per-record work
+	if len(ps.offsets) == 0 && len(known) == 0 && len(ps.owed) == 0 {
+		return batches, 0 // nothing held, known or owed: the common case, no per-record work
 	}
+	now := time.Now()
 	changed := false
 	keep := map[int64]int8{}
 	for _, b := range batches {
@@ -318,6 +335,15 @@ func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32
 			return batches, 0 // malformed: let the broker answer INVALID_REQUEST
 		}
 		for i, o := range offs {
+			if len(ps.owed) > 0 && ps.takeOwed(o, member, now) {
+				if owed == nil {
+					owed = map[int64]bool{}
+				}
+				owed[o] = true
+				held++
+				changed = true
+				continue
+			}
 			st := ps.offsets[o]
 			if st != nil && st.state.held() {
 				held++
@@ -349,6 +375,7 @@ func (e *KIP1289) filterClientAcks(group string, topic [16]byte, partition int32
 	e.m.absorbed.Add(float64(held))
 	return compress(keep), held
 }
+
 
 // session returns the share session of member on node.
 func (e *KIP1289) session(node int32, group, member string) *session {
@@ -395,26 +422,54 @@ type partResult struct {
 	msg       string
 }
 
-func txnAckError(code int16, msg string) *TxnShareAcknowledgeResponse {
-	r := &TxnShareAcknowledgeResponse{ErrorCode: code}
-	if msg != "" {
-		r.ErrorMessage = &msg
+// txnAckError refuses a whole call: the reference layout has no top-level
+// message, so code and message stand on every partition of the request too
+// (the reference client reads the top-level code first).
+func txnAckError(req *kip1289.TxnShareAcknowledgeRequest, code int16, msg string) *kip1289.TxnShareAcknowledgeResponse {
+	r := &kip1289.TxnShareAcknowledgeResponse{ErrorCode: code}
+	for _, t := range req.Topics {
+		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			m := msg
+			rt.Partitions = append(rt.Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: code, ErrorMessage: &m})
+		}
+		r.Topics = append(r.Topics, rt)
 	}
 	return r
+}
+
+// writeErrorCode maps a failed shadow write to the code a KIP-1289 client
+// acts on correctly (docs/protocol.md): the broker's own verdict on the
+// producer (fenced, wrong epoch or mapping, not authorised) and retriable
+// codes pass through; anything else aborts the transaction, which is always
+// safe, where a code the reference client does not know would be fatal.
+func writeErrorCode(err error) int16 {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidProducerIDMapping,
+			kerr.TransactionalIDAuthorizationFailed, kerr.TransactionAbortable:
+			return ke.Code
+		}
+		if ke.Retriable && !errors.Is(err, staging.ErrOutcomeUnknown) {
+			return ke.Code
+		}
+	}
+	return kerr.TransactionAbortable.Code
 }
 
 // Stage answers a TxnShareAcknowledge: it validates it against what the
 // proxy saw, writes the shadow record in the caller's transaction, and only
 // then marks the offsets TX_PENDING. All or nothing.
-func (e *KIP1289) Stage(ctx context.Context, req *TxnShareAcknowledgeRequest) *TxnShareAcknowledgeResponse {
+func (e *KIP1289) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
 	resp, call := e.validateAndReserve(req)
 	if resp != nil {
 		e.count(resp)
 		return resp
 	}
 	rec := &staging.ShadowRecord{
-		Version: 1, ProxyID: e.proxyID, TransactionalID: req.TransactionalID,
-		ProducerID: req.ProducerID, ProducerEpoch: req.ProducerEpoch, GroupID: req.GroupID, MemberID: call.member,
+		Version: 1, ProxyID: e.proxyID, TransactionalID: call.txnID,
+		ProducerID: call.producerID, ProducerEpoch: call.epoch, GroupID: req.GroupID, MemberID: call.member,
 	}
 	for _, t := range req.Topics {
 		st := staging.ShadowTopic{TopicID: t.TopicID}
@@ -431,24 +486,14 @@ func (e *KIP1289) Stage(ctx context.Context, req *TxnShareAcknowledgeRequest) *T
 	w, n := e.writer, e.shadowPart
 	e.mu.Unlock()
 	if w == nil {
-		e.release(call, stAcquired)
-		return e.count(txnAckError(kerr.CoordinatorNotAvailable.Code, "sharetx: the shadow topic is not ready yet; retry"))
+		e.unstage(call)
+		return e.count(txnAckError(req, kerr.CoordinatorNotAvailable.Code, "sharetx: the shadow topic is not ready yet; retry"))
 	}
-	part := staging.ShadowPartitionFor(req.TransactionalID, n)
-	off, err := w.Write(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, part, rec)
+	part := staging.ShadowPartitionFor(call.txnID, n)
+	off, err := w.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
 	if err != nil {
-		e.release(call, stAcquired)
-		code := kerr.UnknownServerError.Code
-		var ke *kerr.Error
-		switch {
-		case errors.As(err, &ke):
-			code = ke.Code
-		case errors.Is(err, staging.ErrOutcomeUnknown):
-			// An earlier shadow write of this transaction may or may not
-			// have landed: only aborting the transaction is safe.
-			code = kerr.TransactionAbortable.Code
-		}
-		return e.count(txnAckError(code, "sharetx: writing the staged acknowledgements into the transaction failed: "+err.Error()))
+		e.unstage(call)
+		return e.count(txnAckError(req, writeErrorCode(err), "sharetx: writing the staged acknowledgements into the transaction failed: "+err.Error()))
 	}
 	call.shadowPart, call.shadowOff = part, off
 	e.mu.Lock()
@@ -460,18 +505,18 @@ func (e *KIP1289) Stage(ctx context.Context, req *TxnShareAcknowledgeRequest) *T
 	e.staged[[2]int64{int64(part), off}] = call
 	e.learnLocked([2]int64{int64(part), off}, rec)
 	e.mu.Unlock()
-	ok := &TxnShareAcknowledgeResponse{}
+	ok := &kip1289.TxnShareAcknowledgeResponse{}
 	for _, t := range req.Topics {
-		rt := TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
+		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
 		for _, p := range t.Partitions {
-			rt.Partitions = append(rt.Partitions, TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
+			rt.Partitions = append(rt.Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
 		}
 		ok.Topics = append(ok.Topics, rt)
 	}
 	return e.count(ok)
 }
 
-func (e *KIP1289) count(r *TxnShareAcknowledgeResponse) *TxnShareAcknowledgeResponse {
+func (e *KIP1289) count(r *kip1289.TxnShareAcknowledgeResponse) *kip1289.TxnShareAcknowledgeResponse {
 	res := "ok"
 	if r.ErrorCode != 0 {
 		res = errName(r.ErrorCode)
@@ -500,36 +545,55 @@ func errName(code int16) string {
 
 // validateAndReserve checks req and, if it is acceptable, moves its offsets
 // to STAGING so no concurrent call or client ack can take them. It returns a
-// response when the call is refused.
-func (e *KIP1289) validateAndReserve(req *TxnShareAcknowledgeRequest) (*TxnShareAcknowledgeResponse, *stagedCall) {
+// response when the call is refused; the codes are the ones the reference
+// broker sends, chosen by what the reference client does with them
+// (docs/protocol.md).
+func (e *KIP1289) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest) (*kip1289.TxnShareAcknowledgeResponse, *stagedCall) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t, ok := e.txns[req.TransactionalID]
+	if req.TransactionalID == nil || *req.TransactionalID == "" {
+		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: TxnShareAcknowledge needs a TransactionalId"), nil
+	}
+	txnID := *req.TransactionalID
+	pid, epoch := req.ProducerID, req.ProducerEpoch
+	t, known := e.txns[txnID]
 	switch {
-	case !ok:
-		return txnAckError(kerr.InvalidProducerIDMapping.Code, fmt.Sprintf("sharetx: transactional id %q did not initialize (InitProducerId) through this proxy", req.TransactionalID)), nil
-	case t.producerID != req.ProducerID:
-		return txnAckError(kerr.InvalidProducerIDMapping.Code, fmt.Sprintf("sharetx: producer id %d is not the one of transactional id %q", req.ProducerID, req.TransactionalID)), nil
-	case req.ProducerEpoch < t.epoch:
-		return txnAckError(kerr.ProducerFenced.Code, fmt.Sprintf("sharetx: producer epoch %d is older than the current %d", req.ProducerEpoch, t.epoch)), nil
-	case req.ProducerEpoch > t.epoch:
-		return txnAckError(kerr.InvalidProducerEpoch.Code, fmt.Sprintf("sharetx: producer epoch %d is not the current %d", req.ProducerEpoch, t.epoch)), nil
+	case pid == -1 && epoch == -1:
+		// sharetx extension: the producer id and epoch this proxy saw.
+		if !known {
+			// Retriable: the proxy learns the transaction from the
+			// client's next accepted transactional write (a restarted
+			// proxy) or its InitProducerId.
+			return txnAckError(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
+		}
+		pid, epoch = t.producerID, t.epoch
+	case pid < 0 || epoch < 0:
+		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: ProducerId and ProducerEpoch must both be set, or both be -1 (sharetx extension)"), nil
+	case !known || (t.producerID == pid && epoch > t.epoch):
+		// The proxy writes the shadow record with its own credentials, so
+		// it stages only into transactions whose ids it saw the
+		// coordinator hand out or accept through it. Not fatal: a
+		// restarted proxy, or one that missed the epoch, learns it from
+		// the client's next accepted transactional write or EndTxn, so
+		// aborting this transaction is enough to go on.
+		return txnAckError(req, kerr.TransactionAbortable.Code, "sharetx: this transaction's producer id and epoch were not seen initialising, producing or ending through this proxy (a restarted proxy learns them from the next accepted transactional write or EndTxn); abort the transaction and retry"), nil
+	case t.producerID != pid:
+		return txnAckError(req, kerr.InvalidProducerIDMapping.Code, "sharetx: the producer id is not the transactional id's"), nil
+	case epoch < t.epoch:
+		return txnAckError(req, kerr.ProducerFenced.Code, "sharetx: the producer epoch is older than the transactional id's current one"), nil
 	}
-	member := ""
-	if req.MemberID != nil {
-		member = *req.MemberID
-	}
+	member := req.MemberID
 	if member != "" {
 		ep, ok := e.members[memberKey{req.GroupID, member}]
 		if !ok {
-			return txnAckError(kerr.UnknownMemberID.Code, fmt.Sprintf("sharetx: member %q of group %q is not known", member, req.GroupID)), nil
+			return txnAckError(req, kerr.UnknownMemberID.Code, "sharetx: the member is not known to the group through this proxy"), nil
 		}
-		if req.MemberEpoch != -1 && req.MemberEpoch != ep {
-			return txnAckError(kerr.StaleMemberEpoch.Code, fmt.Sprintf("sharetx: member epoch %d, current %d", req.MemberEpoch, ep)), nil
+		if req.MemberEpoch != ep {
+			return txnAckError(req, kerr.StaleMemberEpoch.Code, "sharetx: the member epoch is not the member's current one"), nil
 		}
 	}
 
-	call := &stagedCall{txnID: req.TransactionalID, producerID: req.ProducerID, epoch: req.ProducerEpoch, group: req.GroupID}
+	call := &stagedCall{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
 	var results []partResult
 	failed := false
 	total := 0
@@ -545,16 +609,22 @@ func (e *KIP1289) validateAndReserve(req *TxnShareAcknowledgeRequest) (*TxnShare
 		}
 	}
 	if !failed && total == 0 {
-		return txnAckError(kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
+		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
 	}
 	if !failed && e.pending+total > e.cfg.MaxPendingRecords {
-		return txnAckError(kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", e.cfg.MaxPendingRecords)), nil
+		return txnAckError(req, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", e.cfg.MaxPendingRecords)), nil
 	}
 	if failed {
-		resp := &TxnShareAcknowledgeResponse{}
+		// The top-level code is the first failure's: the reference client
+		// acts on the top-level code first, and OPERATION_NOT_ATTEMPTED
+		// (on the partitions that were fine) is fatal there.
+		resp := &kip1289.TxnShareAcknowledgeResponse{}
 		byTopic := map[[16]byte]int{}
 		for _, r := range results {
 			code, msg := r.code, r.msg
+			if code != 0 && resp.ErrorCode == 0 {
+				resp.ErrorCode = code
+			}
 			if code == 0 {
 				code, msg = kerr.OperationNotAttempted.Code, "another partition of this call failed; nothing was staged"
 			}
@@ -562,10 +632,10 @@ func (e *KIP1289) validateAndReserve(req *TxnShareAcknowledgeRequest) (*TxnShare
 			if !ok {
 				i = len(resp.Topics)
 				byTopic[r.topic] = i
-				resp.Topics = append(resp.Topics, TxnShareAcknowledgeResponseTopic{TopicID: r.topic})
+				resp.Topics = append(resp.Topics, kip1289.TxnShareAcknowledgeResponseTopic{TopicID: r.topic})
 			}
 			m := msg
-			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, TxnShareAcknowledgeResponsePartition{Partition: r.partition, ErrorCode: code, ErrorMessage: &m})
+			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: r.partition, ErrorCode: code, ErrorMessage: &m})
 		}
 		return resp, nil
 	}
@@ -581,9 +651,11 @@ func (e *KIP1289) validateAndReserve(req *TxnShareAcknowledgeRequest) (*TxnShare
 
 // checkPartition validates one partition's batches; e.mu is held. member
 // is resolved from the first acquired offset when empty.
-func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p TxnShareAcknowledgePartition) (int16, string, []offRef) {
+func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p kip1289.TxnShareAcknowledgePartition) (int16, string, []offRef) {
 	if !e.topics[group][topic] {
-		return kerr.UnknownTopicID.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil
+		// Not UNKNOWN_TOPIC_ID: the reference client retries that (after a
+		// metadata refresh), and no retry makes records acquired.
+		return kerr.InvalidRecordState.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil
 	}
 	k := partKey{group, topic, p.Partition}
 	ps := e.parts[k]
@@ -600,8 +672,8 @@ func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p
 				return kerr.InvalidRequest.Code, fmt.Sprintf("offset %d appears twice", o), nil
 			}
 			seen[o] = true
-			if types[i] != 1 && types[i] != 3 {
-				return kerr.InvalidRecordState.Code, fmt.Sprintf("acknowledge type %d at offset %d: only ACCEPT (1) and REJECT (3) can be transactional", types[i], o), nil
+			if types[i] != kip1289.Accept && types[i] != kip1289.Reject && types[i] != kip1289.Gap {
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("acknowledge type %d at offset %d: only ACCEPT (1), REJECT (3) and gap (0) can be transactional", types[i], o), nil
 			}
 			var st *offState
 			if ps != nil {
@@ -627,9 +699,10 @@ func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p
 	return 0, "", refs
 }
 
-// release returns a call's offsets to state to (ACQUIRED after an abort or
-// a failed write) and drops them from the pending count.
-func (e *KIP1289) release(call *stagedCall, to recState) {
+// unstage returns the offsets of a call whose shadow write failed to
+// ACQUIRED: nothing was staged, the member still holds them, and the client
+// aborts its transaction (the reference broker leaves them acquired too).
+func (e *KIP1289) unstage(call *stagedCall) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	releases := map[int32]map[partKey]map[int64]int8{}
@@ -639,35 +712,89 @@ func (e *KIP1289) release(call *stagedCall, to recState) {
 			continue
 		}
 		if st := ps.offsets[r.offset]; st != nil && st.call == call {
-			st.state, st.call = to, nil
+			st.state, st.call = stAcquired, nil
 			if st.releaseReq {
-				// The client released it while it was staged (it aborted
-				// before we saw the abort): release it upstream now.
-				if releases[r.node] == nil {
-					releases[r.node] = map[partKey]map[int64]int8{}
-				}
-				if releases[r.node][r.part] == nil {
-					releases[r.node][r.part] = map[int64]int8{}
-				}
-				releases[r.node][r.part][r.offset] = 2
+				// The client released it while it was being staged:
+				// release it upstream now.
+				addRef(releases, r, kip1289.Release)
 				delete(ps.offsets, r.offset)
+				ps.settle(r.offset, r.offset)
 				continue
 			}
-			// An implicit ACCEPT absorbed while staged must not stand for
-			// a transaction that aborted: the record stays with the member
-			// until it releases or acknowledges it again.
 			st.clientAcked = false
 		}
 	}
 	e.pending -= len(call.offsets)
 	e.m.pending.Set(float64(e.pending))
+	e.sendReleases(call, releases)
+}
+
+// abortCall releases the records of an aborted transaction upstream at once
+// (ABORT marker, EndTxn abort, transaction timeout, fencing), as the
+// reference broker does: AVAILABLE again, redelivered, possibly to another
+// member, without the client doing anything. The client still acknowledges
+// the delivery it polled (a franz-go share consumer implicitly on its next
+// poll, a Java explicit-mode consumer before it may poll again): that one
+// acknowledgement is owed, absorbed when it comes (filterClientAcks) and never
+// applied to a later delivery of the same offset.
+func (e *KIP1289) abortCall(call *stagedCall) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	releases := map[int32]map[partKey]map[int64]int8{}
+	for _, r := range call.offsets {
+		ps := e.parts[r.part]
+		if ps == nil {
+			continue
+		}
+		st := ps.offsets[r.offset]
+		if st == nil || st.call != call {
+			continue
+		}
+		addRef(releases, r, kip1289.Release)
+		if !st.clientAcked {
+			ps.oweAck(r.offset, call.member, now.Add(2*max(st.lock, time.Minute)))
+		}
+		delete(ps.offsets, r.offset)
+		ps.settle(r.offset, r.offset)
+	}
+	e.pending -= len(call.offsets)
+	e.m.pending.Set(float64(e.pending))
+	e.sendReleases(call, releases)
+}
+
+func addRef(m map[int32]map[partKey]map[int64]int8, r offRef, ty int8) {
+	if m[r.node] == nil {
+		m[r.node] = map[partKey]map[int64]int8{}
+	}
+	if m[r.node][r.part] == nil {
+		m[r.node][r.part] = map[int64]int8{}
+	}
+	m[r.node][r.part][r.offset] = ty
+}
+
+// sendReleases releases offsets upstream on the member's share session, off
+// the caller's goroutine (e.mu may be held).
+func (e *KIP1289) sendReleases(call *stagedCall, releases map[int32]map[partKey]map[int64]int8) {
 	for node, parts := range releases {
 		go func() {
 			if err := e.applyOn(node, call, parts); err != nil {
-				e.log.Warn("releasing records the client released while they were staged failed", "txn", call.txnID, "err", err)
+				// The session is gone (its connection closed, which released
+				// them) or the lock expired: the broker redelivers them anyway.
+				e.log.Debug("releasing records upstream failed; the broker releases them when the member's session or lock ends", "txn", call.txnID, "member", call.member, "err", err)
+				return
 			}
+			e.m.released.Add(float64(countOffsets(parts)))
 		}()
 	}
+}
+
+func countOffsets(parts map[partKey]map[int64]int8) int {
+	n := 0
+	for _, offs := range parts {
+		n += len(offs)
+	}
+	return n
 }
 
 // ---------------------------------------------------------------- resolution
@@ -706,7 +833,7 @@ func (e *KIP1289) resolve(partition int32, offset int64, commit bool, via string
 	}
 	if !commit {
 		e.m.markers.WithLabelValues("abort", via).Inc()
-		e.release(call, stAcquired)
+		e.abortCall(call)
 		return
 	}
 	e.m.markers.WithLabelValues("commit", via).Inc()
@@ -957,7 +1084,8 @@ func (e *KIP1289) Prune(now time.Time) {
 			}
 		}
 		ps.pruneAcq(now, time.Minute)
-		if len(ps.offsets) == 0 && len(ps.acq) == 0 {
+		ps.pruneOwed(now)
+		if len(ps.offsets) == 0 && len(ps.acq) == 0 && len(ps.owed) == 0 {
 			delete(e.parts, k)
 		}
 	}

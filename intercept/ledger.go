@@ -68,6 +68,44 @@ type offState struct {
 type partState struct {
 	offsets map[int64]*offState
 	acq     []acqRange // oldest first
+	owed    map[int64]owedAck
+}
+
+// owedAck is the client acknowledgement a member still owes for a delivery
+// whose transaction aborted: the proxy released the record upstream at once
+// (abortCall), but the client acknowledges what it polled all the same. That
+// one acknowledgement is absorbed; one after it is of a later delivery and
+// goes upstream. until bounds how long it is owed (the delivery's lock, twice
+// over), so a client that never sends it keeps nothing forever.
+type owedAck struct {
+	member string
+	until  time.Time
+}
+
+func (ps *partState) oweAck(o int64, member string, until time.Time) {
+	if ps.owed == nil {
+		ps.owed = map[int64]owedAck{}
+	}
+	ps.owed[o] = owedAck{member, until}
+}
+
+// takeOwed reports whether member owed an acknowledgement of offset o, and
+// clears it.
+func (ps *partState) takeOwed(o int64, member string, now time.Time) bool {
+	ow, ok := ps.owed[o]
+	if !ok || ow.member != member {
+		return false
+	}
+	delete(ps.owed, o)
+	return now.Before(ow.until)
+}
+
+func (ps *partState) pruneOwed(now time.Time) {
+	for o, ow := range ps.owed {
+		if !now.Before(ow.until) {
+			delete(ps.owed, o)
+		}
+	}
 }
 
 // acqRange is a range of offsets one ShareFetch response handed to member.

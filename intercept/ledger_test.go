@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 func TestCompressExpand(t *testing.T) {
@@ -50,9 +51,9 @@ func acq(first, last int64) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecor
 	return []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: first, LastOffset: last, DeliveryCount: 1}}
 }
 
-func txnReq(topic [16]byte, part int32, batches ...TxnShareAcknowledgeBatch) *TxnShareAcknowledgeRequest {
-	return &TxnShareAcknowledgeRequest{TransactionalID: "tx", ProducerID: 7, ProducerEpoch: 2, GroupID: "g", MemberEpoch: -1,
-		Topics: []TxnShareAcknowledgeTopic{{TopicID: topic, Partitions: []TxnShareAcknowledgePartition{{Partition: part, AcknowledgementBatches: batches}}}}}
+func txnReq(topic [16]byte, part int32, batches ...kip1289.TxnShareAcknowledgeBatch) *kip1289.TxnShareAcknowledgeRequest {
+	return &kip1289.TxnShareAcknowledgeRequest{TransactionalID: kmsg.StringPtr("tx"), ProducerID: 7, ProducerEpoch: 2, GroupID: "g", MemberEpoch: -1,
+		Topics: []kip1289.TxnShareAcknowledgeTopic{{TopicID: topic, Partitions: []kip1289.TxnShareAcknowledgePartition{{Partition: part, AcknowledgementBatches: batches}}}}}
 }
 
 // TestValidateErrors: the KIP's refusals, decided before anything is
@@ -64,57 +65,92 @@ func TestValidateErrors(t *testing.T) {
 	e.acquired(0, "g", "m2", topic, 1, acq(0, 9), time.Minute)
 	e.setMember("g", "m1", 5)
 
-	if r, _ := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})); r == nil || r.ErrorCode != kerr.InvalidProducerIDMapping.Code {
-		t.Fatalf("unknown transactional id: %+v", r)
+	// A transactional id the proxy has not seen: with ProducerId -1 (the
+	// extension) the proxy cannot know the ids yet and asks for a retry;
+	// with explicit ids it refuses to write with its own credentials, with
+	// a code the reference client aborts on (never a fatal one).
+	req := txnReq(topic, 0, ab(0, 1, 1))
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.CoordinatorLoadInProgress.Code || r.Topics[0].Partitions[0].ErrorCode != r.ErrorCode {
+		t.Fatalf("unknown transactional id, ProducerId -1: %+v", r)
+	}
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1))); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
+		t.Fatalf("unknown transactional id, explicit ids: %+v", r)
+	}
+	req.TransactionalID = nil
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.InvalidRequest.Code {
+		t.Fatalf("null transactional id: %+v", r)
 	}
 	e.setTxn("tx", 7, 2)
-	req := txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})
+	req = txnReq(topic, 0, ab(0, 1, 1))
 	req.ProducerEpoch = 1
 	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.ProducerFenced.Code {
 		t.Fatalf("old epoch: %+v", r)
 	}
-	m := "m1"
-	req = txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})
-	req.MemberID, req.MemberEpoch = &m, 4
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.StaleMemberEpoch.Code {
-		t.Fatalf("stale member epoch: %+v", r)
+	req.ProducerEpoch = 3
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
+		t.Fatalf("an epoch the proxy has not seen: %+v", r)
 	}
-	partErr := func(req *TxnShareAcknowledgeRequest) int16 {
+	req.ProducerID, req.ProducerEpoch = 8, 2
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.InvalidProducerIDMapping.Code {
+		t.Fatalf("another producer id: %+v", r)
+	}
+	m := "m1"
+	req = txnReq(topic, 0, ab(0, 1, 1))
+	for _, ep := range []int32{4, 6, -1} { // stale, ahead, and no wildcard
+		req.MemberID, req.MemberEpoch = m, ep
+		if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.StaleMemberEpoch.Code {
+			t.Fatalf("member epoch %d (current 5): %+v", ep, r)
+		}
+	}
+	req.MemberID = "m9"
+	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.UnknownMemberID.Code {
+		t.Fatalf("unknown member: %+v", r)
+	}
+	req = txnReq(topic, 0, ab(0, 1, 1))
+	req.ProducerID, req.ProducerEpoch = -1, -1
+	if r, call := e.validateAndReserve(req); call == nil || call.producerID != 7 || call.epoch != 2 {
+		t.Fatalf("ProducerId -1 takes the ids the proxy saw: %+v %+v", r, call)
+	} else {
+		e.unstage(call)
+	}
+	partErr := func(req *kip1289.TxnShareAcknowledgeRequest) int16 {
 		r, call := e.validateAndReserve(req)
 		if call != nil {
-			e.release(call, stAcquired)
+			e.unstage(call)
 			return 0
 		}
 		return r.Topics[0].Partitions[0].ErrorCode
 	}
 	for name, tc := range map[string]struct {
-		b    TxnShareAcknowledgeBatch
+		b    kip1289.TxnShareAcknowledgeBatch
 		want int16
 	}{
-		"release":   {TxnShareAcknowledgeBatch{0, 0, []int8{2}}, kerr.InvalidRecordState.Code},
-		"renew":     {TxnShareAcknowledgeBatch{0, 0, []int8{4}}, kerr.InvalidRecordState.Code},
-		"gap":       {TxnShareAcknowledgeBatch{0, 0, []int8{0}}, kerr.InvalidRecordState.Code},
-		"not acq":   {TxnShareAcknowledgeBatch{20, 21, []int8{1}}, kerr.InvalidRecordState.Code},
-		"malformed": {TxnShareAcknowledgeBatch{5, 3, []int8{1}}, kerr.InvalidRequest.Code},
-		"bad types": {TxnShareAcknowledgeBatch{0, 2, []int8{1, 1}}, kerr.InvalidRequest.Code},
-		"accept ok": {TxnShareAcknowledgeBatch{0, 2, []int8{1}}, 0},
-		"mixed ok":  {TxnShareAcknowledgeBatch{0, 2, []int8{1, 3, 1}}, 0},
+		"release":   {ab(0, 0, 2), kerr.InvalidRecordState.Code},
+		"renew":     {ab(0, 0, 4), kerr.InvalidRecordState.Code},
+		"gap ok":    {ab(0, 0, 0), 0},
+		"not acq":   {ab(20, 21, 1), kerr.InvalidRecordState.Code},
+		"malformed": {ab(5, 3, 1), kerr.InvalidRequest.Code},
+		"bad types": {ab(0, 2, 1, 1), kerr.InvalidRequest.Code},
+		"accept ok": {ab(0, 2, 1), 0},
+		"mixed ok":  {ab(0, 2, 1, 3, 1), 0},
+		"gaps ok":   {ab(0, 2, 1, 0, 3), 0},
 	} {
 		if got := partErr(txnReq(topic, 0, tc.b)); got != tc.want {
 			t.Errorf("%s: error %d, want %d", name, got, tc.want)
 		}
 	}
-	if got := partErr(txnReq([16]byte{9}, 0, TxnShareAcknowledgeBatch{0, 0, []int8{1}})); got != kerr.UnknownTopicID.Code {
+	if got := partErr(txnReq([16]byte{9}, 0, ab(0, 0, 1))); got != kerr.InvalidRecordState.Code {
 		t.Errorf("unknown topic: %d", got)
 	}
 
 	// Two partitions, the second acquired by another member: nothing is
 	// staged, the good one answers OPERATION_NOT_ATTEMPTED.
-	req = txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 1, []int8{1}})
-	req.MemberID = &m
+	req = txnReq(topic, 0, ab(0, 1, 1))
+	req.MemberID = m
 	req.MemberEpoch = 5
-	req.Topics[0].Partitions = append(req.Topics[0].Partitions, TxnShareAcknowledgePartition{Partition: 1,
-		AcknowledgementBatches: []TxnShareAcknowledgeBatch{{0, 0, []int8{1}}}})
+	req.Topics[0].Partitions = append(req.Topics[0].Partitions, kip1289.TxnShareAcknowledgePartition{Partition: 1,
+		AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{ab(0, 0, 1)}})
 	r, call := e.validateAndReserve(req)
 	if call != nil || r == nil {
 		t.Fatal("partial failure staged something")
@@ -123,22 +159,22 @@ func TestValidateErrors(t *testing.T) {
 	for _, p := range r.Topics[0].Partitions {
 		codes[p.Partition] = p.ErrorCode
 	}
-	if codes[0] != kerr.OperationNotAttempted.Code || codes[1] != kerr.InvalidRecordState.Code {
-		t.Fatalf("partial failure codes %v", codes)
+	if codes[0] != kerr.OperationNotAttempted.Code || codes[1] != kerr.InvalidRecordState.Code || r.ErrorCode != kerr.InvalidRecordState.Code {
+		t.Fatalf("partial failure codes %v, top-level %d (the first failure's)", codes, r.ErrorCode)
 	}
 	if st := e.parts[partKey{"g", topic, 0}].offsets[0]; st.state != stAcquired {
 		t.Fatalf("offset 0 is %s after a refused call", st.state)
 	}
 
 	// Staged offsets cannot be staged again, and count against the limit.
-	_, call = e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{0, 4, []int8{1}}))
+	_, call = e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)))
 	if call == nil {
 		t.Fatal("valid call refused")
 	}
-	if got := partErr(txnReq(topic, 0, TxnShareAcknowledgeBatch{4, 4, []int8{1}})); got != kerr.InvalidRecordState.Code {
+	if got := partErr(txnReq(topic, 0, ab(4, 4, 1))); got != kerr.InvalidRecordState.Code {
 		t.Errorf("already staged: %d", got)
 	}
-	if r, _ := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{5, 9, []int8{1}})); r == nil || r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(5, 9, 1))); r == nil || r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
 		t.Errorf("over max_pending_records (8; 5 staged + 5): %+v", r)
 	}
 }
@@ -150,11 +186,11 @@ func TestClientAcksHeldBack(t *testing.T) {
 	e := testEngine()
 	e.setTxn("tx", 7, 2)
 	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
-	_, call := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{2, 4, []int8{1}}))
+	_, call := e.validateAndReserve(txnReq(topic, 0, ab(2, 4, 1)))
 	if call == nil {
 		t.Fatal("not staged")
 	}
-	out, held := e.filterClientAcks("g", topic, 0, []ackRange{{0, 9, []int8{1}}})
+	out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
 	if held != 3 {
 		t.Fatalf("held %d, want 3", held)
 	}
@@ -187,7 +223,7 @@ func TestAcquisitionRanges(t *testing.T) {
 		t.Fatalf("one fetch of 100 records: %d entries, %d ranges; want 0 and 1", len(ps.offsets), len(ps.acq))
 	}
 	// The client acks 10-19 and 50: split into [0,9] [20,49] [51,99].
-	out, held := e.filterClientAcks("g", topic, 0, []ackRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
+	out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
 	if held != 0 || len(out) != 2 {
 		t.Fatalf("plain acks: held %d, out %+v", held, out)
 	}
@@ -200,11 +236,11 @@ func TestAcquisitionRanges(t *testing.T) {
 			t.Fatalf("range %d = [%d,%d], want %v", i, ps.acq[i].first, ps.acq[i].last, w)
 		}
 	}
-	if got := partErr2(e, txnReq(topic, 0, TxnShareAcknowledgeBatch{15, 15, []int8{1}})); got != kerr.InvalidRecordState.Code {
+	if got := partErr2(e, txnReq(topic, 0, ab(15, 15, 1))); got != kerr.InvalidRecordState.Code {
 		t.Fatalf("staging an offset the client acked: error %d, want INVALID_RECORD_STATE", got)
 	}
 	// Stage 20-24 (member m1, resolved from the range).
-	r, call := e.validateAndReserve(txnReq(topic, 0, TxnShareAcknowledgeBatch{20, 24, []int8{1}}))
+	r, call := e.validateAndReserve(txnReq(topic, 0, ab(20, 24, 1)))
 	if call == nil {
 		t.Fatalf("staging acquired offsets refused: %+v", r)
 	}
@@ -221,7 +257,7 @@ func TestAcquisitionRanges(t *testing.T) {
 		t.Fatalf("offset 27 after a redelivery to m2: %+v", st)
 	}
 	// A client ack of a held offset is held back, and the rest settle.
-	out, held = e.filterClientAcks("g", topic, 0, []ackRange{{20, 29, []int8{1}}})
+	out, held = e.filterClientAcks("g", "m1", topic, 0, []ackRange{{20, 29, []int8{1}}})
 	if held != 5 || len(out) != 1 || out[0].first != 25 || out[0].last != 29 {
 		t.Fatalf("acks over held offsets: held %d, out %+v", held, out)
 	}
@@ -237,14 +273,18 @@ func TestAcquisitionRanges(t *testing.T) {
 
 // partErr2 is the partition error of a refused call, 0 for a staged one,
 // -1 for a call refused as a whole.
-func partErr2(e *KIP1289, req *TxnShareAcknowledgeRequest) int16 {
+func partErr2(e *KIP1289, req *kip1289.TxnShareAcknowledgeRequest) int16 {
 	r, call := e.validateAndReserve(req)
 	if call != nil {
-		e.release(call, stAcquired)
+		e.unstage(call)
 		return 0
 	}
 	if r == nil || len(r.Topics) == 0 || len(r.Topics[0].Partitions) == 0 {
 		return -1
 	}
 	return r.Topics[0].Partitions[0].ErrorCode
+}
+
+func ab(first, last int64, types ...int8) kip1289.TxnShareAcknowledgeBatch {
+	return kip1289.TxnShareAcknowledgeBatch{FirstOffset: first, LastOffset: last, AcknowledgeTypes: types}
 }

@@ -1,0 +1,182 @@
+package kip1289
+
+import (
+	"bytes"
+	"encoding/binary"
+	"reflect"
+	"testing"
+)
+
+// referenceRequestBytes encodes a request field by field in the order of the
+// reference implementation's TxnShareAcknowledgeRequest.json (commit
+// d4ddb080), by hand, without the codec: TransactionalId (nullable),
+// GroupId, ProducerId, ProducerEpoch, MemberId (not nullable), MemberEpoch,
+// Topics.
+func referenceRequestBytes() []byte {
+	var b []byte
+	str := func(s string) { b = append(b, byte(len(s)+1)); b = append(b, s...) }
+	str("txn-1")                                     // TransactionalId
+	str("group-a")                                   // GroupId
+	b = binary.BigEndian.AppendUint64(b, 4242)       // ProducerId
+	b = binary.BigEndian.AppendUint16(b, 7)          // ProducerEpoch
+	str("member-x")                                  // MemberId
+	b = binary.BigEndian.AppendUint32(b, 3)          // MemberEpoch
+	b = append(b, 2)                                 // Topics: 1
+	b = append(b, bytes.Repeat([]byte{0xab}, 16)...) // TopicId
+	b = append(b, 2)                                 // Partitions: 1
+	b = binary.BigEndian.AppendUint32(b, 5)          // PartitionIndex
+	b = append(b, 3)                                 // AcknowledgementBatches: 2
+	b = binary.BigEndian.AppendUint64(b, 10)         // FirstOffset
+	b = binary.BigEndian.AppendUint64(b, 12)         // LastOffset
+	b = append(b, 4, 1, 0, 3)                        // AcknowledgeTypes [ACCEPT, gap, REJECT]
+	b = append(b, 0)                                 // batch tags
+	b = binary.BigEndian.AppendUint64(b, 20)
+	b = binary.BigEndian.AppendUint64(b, 29)
+	b = append(b, 2, 1) // one type for the range
+	b = append(b, 0)
+	b = append(b, 0) // partition tags
+	b = append(b, 0) // topic tags
+	b = append(b, 0) // request tags
+	return b
+}
+
+func referenceRequest() *TxnShareAcknowledgeRequest {
+	txn := "txn-1"
+	var id [16]byte
+	copy(id[:], bytes.Repeat([]byte{0xab}, 16))
+	return &TxnShareAcknowledgeRequest{
+		TransactionalID: &txn, GroupID: "group-a", ProducerID: 4242, ProducerEpoch: 7,
+		MemberID: "member-x", MemberEpoch: 3,
+		Topics: []TxnShareAcknowledgeTopic{{TopicID: id, Partitions: []TxnShareAcknowledgePartition{{
+			Partition: 5,
+			AcknowledgementBatches: []TxnShareAcknowledgeBatch{
+				{FirstOffset: 10, LastOffset: 12, AcknowledgeTypes: []int8{Accept, Gap, Reject}},
+				{FirstOffset: 20, LastOffset: 29, AcknowledgeTypes: []int8{Accept}},
+			},
+		}}}},
+	}
+}
+
+func TestRequestMatchesReferenceLayout(t *testing.T) {
+	want := referenceRequestBytes()
+	if got := referenceRequest().AppendTo(nil); !bytes.Equal(got, want) {
+		t.Fatalf("encoded\n%x\nwant (reference field order)\n%x", got, want)
+	}
+	var r TxnShareAcknowledgeRequest
+	if err := r.ReadFrom(want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&r, referenceRequest()) {
+		t.Fatalf("decoded %+v", r)
+	}
+}
+
+func TestResponseMatchesReferenceLayout(t *testing.T) {
+	// ThrottleTimeMs, ErrorCode, Responses[TopicId, Partitions[PartitionIndex,
+	// ErrorCode, ErrorMessage]]: no top-level error message.
+	var want []byte
+	want = binary.BigEndian.AppendUint32(want, 0)
+	want = binary.BigEndian.AppendUint16(want, 0)
+	want = append(want, 2)
+	want = append(want, bytes.Repeat([]byte{0xab}, 16)...)
+	want = append(want, 3)
+	want = binary.BigEndian.AppendUint32(want, 5)
+	want = binary.BigEndian.AppendUint16(want, 55) // INVALID_RECORD_STATE
+	want = append(want, 4, 'b', 'a', 'd', 0)
+	want = binary.BigEndian.AppendUint32(want, 6)
+	want = binary.BigEndian.AppendUint16(want, 0)
+	want = append(want, 0, 0) // null message, tags
+	want = append(want, 0, 0) // topic tags, response tags
+
+	msg := "bad"
+	var id [16]byte
+	copy(id[:], bytes.Repeat([]byte{0xab}, 16))
+	resp := &TxnShareAcknowledgeResponse{Topics: []TxnShareAcknowledgeResponseTopic{{TopicID: id,
+		Partitions: []TxnShareAcknowledgeResponsePartition{{Partition: 5, ErrorCode: 55, ErrorMessage: &msg}, {Partition: 6}}}}}
+	if got := resp.AppendTo(nil); !bytes.Equal(got, want) {
+		t.Fatalf("encoded\n%x\nwant\n%x", got, want)
+	}
+	var back TxnShareAcknowledgeResponse
+	if err := back.ReadFrom(want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&back, resp) {
+		t.Fatalf("decoded %+v", back)
+	}
+}
+
+func TestRefusesWhatTheReferenceRefuses(t *testing.T) {
+	good := referenceRequestBytes()
+	// A null MemberId: the field is not nullable in the reference.
+	nullMember := append([]byte{}, good[:6+8+8+2]...) // "txn-1", "group-a", pid, epoch
+	nullMember = append(nullMember, 0)
+	nullMember = append(nullMember, good[6+8+8+2+9:]...)
+	// A null GroupId.
+	nullGroup := append([]byte{6, 't', 'x', 'n', '-', '1', 0}, good[6+8:]...)
+	cases := map[string][]byte{
+		"null MemberId":  nullMember,
+		"null GroupId":   nullGroup,
+		"trailing bytes": append(append([]byte{}, good...), 0),
+		"truncated":      good[:len(good)-1],
+		"huge array":     append(append([]byte{}, good[:6+8+8+2+9+4]...), 0xff, 0xff, 0xff, 0xff, 0x07),
+		"empty":          nil,
+	}
+	for name, b := range cases {
+		var r TxnShareAcknowledgeRequest
+		if err := r.ReadFrom(b); !IsMalformed(err) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+	// A null TransactionalId is allowed by the layout (the proxy refuses it).
+	nullTxn := append([]byte{0}, good[6:]...)
+	var r TxnShareAcknowledgeRequest
+	if err := r.ReadFrom(nullTxn); err != nil || r.TransactionalID != nil {
+		t.Fatalf("null TransactionalId: %v %v", err, r.TransactionalID)
+	}
+}
+
+func TestSkipsUnknownTags(t *testing.T) {
+	b := referenceRequestBytes()
+	b = b[:len(b)-1]
+	b = append(b, 1, 9, 2, 0xca, 0xfe) // one tagged field, tag 9, 2 bytes
+	var r TxnShareAcknowledgeRequest
+	if err := r.ReadFrom(b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&r, referenceRequest()) {
+		t.Fatalf("decoded %+v", r)
+	}
+}
+
+// FuzzTxnShareAcknowledge: no input panics or allocates past its size, and
+// whatever decodes re-encodes to bytes that decode to the same message.
+func FuzzTxnShareAcknowledge(f *testing.F) {
+	f.Add(referenceRequestBytes())
+	f.Add((&TxnShareAcknowledgeResponse{ErrorCode: 15}).AppendTo(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req TxnShareAcknowledgeRequest
+		if req.ReadFrom(b) == nil {
+			var again TxnShareAcknowledgeRequest
+			if err := again.ReadFrom(req.AppendTo(nil)); err != nil || !reflect.DeepEqual(req, again) {
+				t.Fatalf("request round trip: %v\n%+v\n%+v", err, req, again)
+			}
+		}
+		var resp TxnShareAcknowledgeResponse
+		if resp.ReadFrom(b) == nil {
+			var again TxnShareAcknowledgeResponse
+			if err := again.ReadFrom(resp.AppendTo(nil)); err != nil || !reflect.DeepEqual(resp, again) {
+				t.Fatalf("response round trip: %v", err)
+			}
+		}
+	})
+}
+
+func TestEveryTruncationFails(t *testing.T) {
+	b := referenceRequestBytes()
+	for i := 0; i < len(b); i++ {
+		var r TxnShareAcknowledgeRequest
+		if err := r.ReadFrom(b[:i]); !IsMalformed(err) {
+			t.Fatalf("a request truncated to %d of %d bytes: %v", i, len(b), err)
+		}
+	}
+}
