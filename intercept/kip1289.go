@@ -376,7 +376,6 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 	return compress(keep), held
 }
 
-
 // session returns the share session of member on node.
 func (e *KIP1289) session(node int32, group, member string) *session {
 	e.mu.Lock()
