@@ -16,12 +16,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 func be32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
 
-// rawRequest builds a request frame by hand: header v1 (v2 when flexible)
-// with client id "raw", then body.
+// rawRequest builds a request frame by hand: header v1 (v2 when flexible,
+// and for TxnShareAcknowledge, flexible from v0) with client id "raw", then
+// body.
 func rawRequest(key, version int16, corr int32, body []byte) []byte {
 	b := make([]byte, 4, 64)
 	b = binary.BigEndian.AppendUint16(b, uint16(key))
@@ -34,6 +36,8 @@ func rawRequest(key, version int16, corr int32, body []byte) []byte {
 		if r.IsFlexible() {
 			b = append(b, 0)
 		}
+	} else if key == kip1289.DefaultKey {
+		b = append(b, 0)
 	}
 	b = append(b, body...)
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))

@@ -155,11 +155,17 @@ func (c *conn) readClient() {
 		kip := c.s.env.KIP
 		switch {
 		case kip != nil && kip.Serves(hdr.Key):
-			// TxnShareAcknowledge: flexible v0, answered by the proxy.
-			if n, err := skipTags(frame[hdr.BodyOffset:]); err == nil {
-				hdr.BodyOffset += n
-				hdr.Flexible = true
+			// TxnShareAcknowledge: flexible from v0, so request header v2
+			// (its tagged fields follow the client id), answered by the
+			// proxy.
+			n, err := skipTags(frame[hdr.BodyOffset:])
+			if err != nil {
+				c.log.Warn("closing connection: malformed TxnShareAcknowledge request header (v2 expected)", "err", err)
+				c.stopReading("malformed_frame")
+				return
 			}
+			hdr.BodyOffset += n
+			hdr.Flexible = true
 			act = kip.TxnHook(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
 			if !c.handleLocal(hdr, act) {
 				return
