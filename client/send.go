@@ -180,26 +180,17 @@ func buildRequest(key int16, txnID string, md ShareGroupMetadata, tbs []topicBat
 }
 
 func (s *clientState) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byID map[[16]byte]string) error {
-	if resp.ErrorCode != 0 {
-		// The reference layout has no top-level message; sharetx repeats
-		// the code, with its message, on the partitions.
-		err := kerr.ErrorForCode(resp.ErrorCode)
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if p.ErrorCode == resp.ErrorCode && p.ErrorMessage != nil && *p.ErrorMessage != "" {
-					return fmt.Errorf("sharetx: TxnShareAcknowledge: %w: %s", err, *p.ErrorMessage)
-				}
-			}
-		}
-		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", err)
-	}
 	var pes PartitionErrors
+	mixed := false // partitions that answer other than the top-level code
 	for _, t := range resp.Topics {
 		name, ok := byID[t.TopicID]
 		if !ok {
 			name = fmt.Sprintf("topic-id-%x", t.TopicID)
 		}
 		for _, p := range t.Partitions {
+			if p.ErrorCode != resp.ErrorCode {
+				mixed = true
+			}
 			if p.ErrorCode == 0 {
 				continue
 			}
@@ -213,8 +204,23 @@ func (s *clientState) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byI
 			pes.Errors = append(pes.Errors, pe)
 		}
 	}
+	if resp.ErrorCode != 0 && !mixed {
+		// The whole call refused: the reference layout has no top-level
+		// message, so sharetx repeats the code and message on the
+		// partitions.
+		err := kerr.ErrorForCode(resp.ErrorCode)
+		for _, pe := range pes.Errors {
+			if pe.Message != "" {
+				return fmt.Errorf("sharetx: TxnShareAcknowledge: %w: %s", err, pe.Message)
+			}
+		}
+		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", err)
+	}
 	if len(pes.Errors) > 0 {
-		return &pes
+		return &pes // the top-level code, if any, is one of theirs
+	}
+	if resp.ErrorCode != 0 {
+		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", kerr.ErrorForCode(resp.ErrorCode))
 	}
 	return nil
 }

@@ -393,9 +393,10 @@ func TestKIP1289AnotherMembersOffsets(t *testing.T) {
 			t.Fatal(err)
 		}
 		var a string
+		var aEpoch int32
 		for _, m := range dg[s.group].Members {
 			if m.ClientID == "member-a" {
-				a = m.MemberID
+				a, aEpoch = m.MemberID, m.MemberEpoch
 			}
 		}
 		if a == "" {
@@ -405,7 +406,7 @@ func TestKIP1289AnotherMembersOffsets(t *testing.T) {
 			t.Fatal(err)
 		}
 		md := s.md
-		md.MemberID = a
+		md.MemberID, md.MemberEpoch = a, aEpoch // a member id comes with its current epoch
 		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(theirs, client.Accept), md)
 		if !errors.Is(err, kerr.InvalidRecordState) {
 			t.Fatalf("member A acknowledging member B's records: %v, want INVALID_RECORD_STATE", err)
