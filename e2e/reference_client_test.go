@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -763,7 +764,8 @@ func TestReferenceClientConsumeTransformProduceWithAborts(t *testing.T) {
 		}
 		s.nothingLeft(t, nil)
 		p50, p99 := percentiles(redeliver)
-		t.Logf("%d transactions, %d aborted; abort → redelivered over %d records: p50 %v, p99 %v", txns, aborted, len(redeliver), p50, p99)
+		t.Logf("%d transactions, %d aborted; abort → redelivered over %d records: p50 %v, p99 %v, max %v; released upstream by the proxy: %v",
+			txns, aborted, len(redeliver), p50, p99, slices.Max(redeliver), metricValue(s.p, "sharetx_aborted_records_released_total"))
 		if aborted == 0 || len(redeliver) == 0 {
 			t.Fatal("no transaction aborted: the test proved nothing about aborts")
 		}
@@ -781,4 +783,22 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 		}
 	}
 	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
+}
+
+// metricValue is the sum of every series of the proxy's metric name.
+func metricValue(p *Proxy, name string) float64 {
+	mfs, err := p.Metrics().Registry.Gather()
+	if err != nil {
+		return -1
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
