@@ -211,12 +211,13 @@ func NewShareGroupMetadata(group string) ShareGroupMetadata {
 }
 
 // ReleaseForRedelivery acknowledges records with kgo.AckRelease. Call it
-// with the records whose acknowledgements were bound to a transaction when
-// that transaction aborts (or when SendShareAcknowledgementsToTransaction or
-// the commit fails): otherwise the share consumer's next poll implicitly
-// ACCEPTs them and they are never redelivered. Records already given a
-// terminal ack with Record.Ack are left as they are; records not from a share
-// fetch are ignored.
+// with records whose SendShareAcknowledgementsToTransaction failed (nothing
+// was staged: otherwise the share consumer's next poll implicitly ACCEPTs
+// them and they are never redelivered). After the abort of a transaction
+// that staged them it is not needed (the proxy released them and absorbs the
+// consumer's acknowledgement of that delivery) but harmless. Records already
+// given a terminal ack with Record.Ack are left as they are; records not from
+// a share fetch are ignored.
 func ReleaseForRedelivery(records ...*kgo.Record) {
 	for _, r := range records {
 		if r != nil {

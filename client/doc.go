@@ -64,27 +64,33 @@
 //			if aerr := producer.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
 //				log.Printf("abort: %v", aerr)
 //			}
-//			client.ReleaseForRedelivery(records...)
+//			client.ReleaseForRedelivery(records...) // always safe; needed when staging failed
 //		}
 //		// Records processed by a committed transaction need nothing
 //		// more: the proxy applies their acknowledgements.
 //	}
 //
-// # The abort rule: call ReleaseForRedelivery
+// # The abort rule: release what was not staged
 //
-// IMPORTANT: franz-go's share consumer implicitly acknowledges every record
-// of the previous poll with ACCEPT on the next PollRecords (and releases
+// franz-go's share consumer implicitly acknowledges every record of the
+// previous poll with ACCEPT on the next PollRecords (and releases
 // unacknowledged records on Close). The proxy absorbs client acknowledgements
-// of offsets that are staged in a transaction or committed, so after a commit
-// nothing needs to be done. After an ABORT, however, those records are
-// acquired again and the implicit ACCEPT would silently mark them processed
-// although the transaction that processed them never happened. So whenever a
-// transaction that carried acknowledgements aborts — or
-// SendShareAcknowledgementsToTransaction or EndTransaction(TryCommit) fails —
-// call ReleaseForRedelivery with the records before polling again: they are
-// acknowledged with RELEASE and redelivered. Do not Ack records yourself
-// (Record.Ack) while their acknowledgement is bound to a transaction; a
-// terminal Ack cannot be changed to RELEASE afterwards.
+// of offsets that are staged in a transaction or committed, so after a
+// commit nothing needs to be done. When a transaction whose acknowledgements
+// were staged aborts (EndTransaction abort, a failed commit, the transaction
+// timing out, the producer being fenced), the proxy releases the records
+// upstream at once, as a broker with KIP-1289 does: they are redelivered,
+// possibly to another member, and the consumer's implicit acknowledgement of
+// that delivery is absorbed, never applied to a redelivery.
+//
+// IMPORTANT: when SendShareAcknowledgementsToTransaction itself fails,
+// nothing was staged: the records are still acquired by this member, and the
+// next poll's implicit ACCEPT would mark them processed although no
+// transaction processed them. Call ReleaseForRedelivery with them before
+// polling again (it is always safe, so calling it after every abort is fine
+// too). Do not Ack records yourself (Record.Ack) while their acknowledgement
+// is bound to a transaction; a terminal Ack cannot be changed to RELEASE
+// afterwards.
 //
 // # Applications without Kafka output: TransactionalShareAcknowledger
 //

@@ -23,9 +23,9 @@ func TestMain(m *testing.M) {
 
 // TestChaosShort: a short chaos run against the real cluster of
 // E2E_KAFKA_SEEDS (make test): 300 inputs, 2 worker processes over 2
-// sharetx processes, phases none, worker-kill and proxy-kill. Every input
-// must be in the output exactly once (read_committed) and acknowledged in
-// the share group.
+// sharetx processes, phases none, txn-input, worker-kill and proxy-kill.
+// Every input must be in the output exactly once (read_committed) and
+// acknowledged in the share group.
 func TestChaosShort(t *testing.T) {
 	seeds := os.Getenv("E2E_KAFKA_SEEDS")
 	if seeds == "" {
@@ -52,7 +52,7 @@ func TestChaosShort(t *testing.T) {
 		Records: 300,
 		Workers: 2,
 		Proxies: 2,
-		Faults:  []string{"none", "worker-kill", "proxy-kill"},
+		Faults:  []string{"none", "txn-input", "worker-kill", "proxy-kill"},
 		// Random aborts: the aborted records are redelivered and must
 		// not be accepted by the next poll.
 		AbortRate: 0.15,

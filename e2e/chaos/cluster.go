@@ -42,7 +42,8 @@ type poKey = sim.PO
 
 // seedInputs produces n records with unique ids as values, in small
 // batches spread over the partitions (a share fetch acquires whole batches:
-// small ones spread the work over the workers). It returns the ids and
+// small ones spread the work over the workers); when cl is transactional,
+// each batch in a committed transaction of its own. It returns the ids and
 // where each landed.
 func seedInputs(ctx context.Context, cl *kgo.Client, topic, prefix string, n int) ([]string, map[poKey]string, error) {
 	ids := make([]string, n)
@@ -54,8 +55,19 @@ func seedInputs(ctx context.Context, cl *kgo.Client, topic, prefix string, n int
 			ids[i] = fmt.Sprintf("%s-%06d", prefix, i)
 			recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: []byte(ids[i])})
 		}
+		txn := cl.OptValue(kgo.TransactionalID) != ""
+		if txn {
+			if err := cl.BeginTransaction(); err != nil {
+				return nil, nil, fmt.Errorf("seed %s: %w", topic, err)
+			}
+		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return nil, nil, fmt.Errorf("seed %s: %w", topic, err)
+		}
+		if txn {
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return nil, nil, fmt.Errorf("seed %s: commit: %w", topic, err)
+			}
 		}
 		for _, r := range recs {
 			where[poKey{Partition: r.Partition, Offset: r.Offset}] = string(r.Value)

@@ -9,8 +9,9 @@
 // cluster and W worker processes (this binary, `chaos worker`) doing
 // consume-transform-produce through them with transactional
 // acknowledgements and random aborts. While they work, the fault is
-// injected: none, worker-kill, proxy-kill, broker-restart, worker-stall,
-// txn-timeout. The phase ends once every input is in the output (read
+// injected: none, txn-input (no fault; the input is written transactionally,
+// so it holds control records and every poll has gaps), worker-kill,
+// proxy-kill, broker-restart, worker-stall, txn-timeout. The phase ends once every input is in the output (read
 // committed) or at --timeout; then the output must hold every input exactly
 // once and the share group must have acknowledged every input (a fresh
 // member is handed nothing within a quiet period longer than the

@@ -212,7 +212,14 @@ func (p *phase) setup(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	seeder, err := direct(o.Seeds, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.ProducerLinger(0))
+	seedOpts := []kgo.Opt{kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.ProducerLinger(0)}
+	if p.fault == "txn-input" {
+		// Every chunk of inputs in a transaction of its own: the input
+		// holds a commit marker after each, so the share consumer is
+		// handed control-record offsets (gaps) in every poll.
+		seedOpts = append(seedOpts, kgo.TransactionalID(p.group+"-seeder"))
+	}
+	seeder, err := direct(o.Seeds, seedOpts...)
 	if err != nil {
 		return err
 	}
@@ -530,7 +537,7 @@ func (p *phase) diagnose() {
 
 func (p *phase) inject(ctx context.Context) {
 	switch p.fault {
-	case "none":
+	case "none", "txn-input":
 	case "worker-kill":
 		p.workerKill()
 	case "proxy-kill":

@@ -254,10 +254,12 @@ func (w *worker) transact(recs []*kgo.Record) {
 		err = fail("produce", perr)
 	}
 	lap(&tProduce)
+	staged := false
 	if err == nil {
 		if serr := client.SendShareAcknowledgementsToTransaction(ctx, w.Producer, acks, w.MD); serr != nil {
 			err = fail("TxnShareAcknowledge", serr)
 		}
+		staged = err == nil
 		lap(&tAck)
 	}
 	held := err == nil && w.hold("staged")
@@ -293,9 +295,14 @@ func (w *worker) transact(recs []*kgo.Record) {
 	} else if w.failedInARow >= 3 {
 		w.recreateProducer(fmt.Sprintf("%d transactions failed in a row", w.failedInARow))
 	}
-	// Aborted: the records must be redelivered, never implicitly accepted
-	// by the next poll.
-	client.ReleaseForRedelivery(recs...)
+	// Aborted. Staged acknowledgements: the proxy released the records
+	// upstream at once, as a broker with KIP-1289 does, and absorbs the
+	// next poll's implicit ACCEPT of this delivery; the worker does nothing
+	// (the stock-consumer path). Nothing staged: the records are still
+	// this member's, and must be released, never implicitly accepted.
+	if !staged {
+		client.ReleaseForRedelivery(recs...)
+	}
 	w.aborts++
 	w.Say("TXN abort n=%d commits=%d aborts=%d ms=%s recs=%s reason=%s", len(recs), w.commits, w.aborts, ms(), recList(recs), sim.OneLine(reason))
 }
