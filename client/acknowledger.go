@@ -249,12 +249,15 @@ func (a *TransactionalShareAcknowledger) Flush(ctx context.Context) error {
 // are left for the next one. With nothing buffered and nothing staged it
 // does nothing and sends nothing.
 //
-// On failure the transaction is aborted (the records are ACQUIRED by the
-// share consumer again), and the error is a *TransactionError whose kind
-// (errors.Is) says what became of the acknowledgements:
+// On failure the transaction is aborted, and the error is a
+// *TransactionError. The acknowledgements that were already staged in it
+// are gone with it: the proxy released their records upstream, to be
+// redelivered (TransactionError.Released). What becomes of the others
+// (not staged: their records are still this consumer's) its kind says
+// (errors.Is):
 //
-//   - ErrRetriable: all of them are back in the buffer; call Commit again,
-//     or Abort to give up on them.
+//   - ErrRetriable: they are back in the buffer; call Commit again, or
+//     Abort to give up on them.
 //   - ErrRejected: the ones the proxy refused are dropped and their records
 //     released (TransactionError.Dropped); the others are back in the
 //     buffer, and Commit again commits them.
@@ -493,6 +496,14 @@ func (a *TransactionalShareAcknowledger) fail(ctx context.Context, op string, ca
 	a.mu.Lock()
 	for k, e := range a.acks {
 		if e.state == ackBuffered {
+			continue
+		}
+		if e.state == ackStaged {
+			// Staged in the transaction that just aborted: the proxy
+			// released the record upstream; its acknowledgement cannot
+			// stand for a redelivery.
+			te.Released = append(te.Released, e.r)
+			delete(a.acks, k)
 			continue
 		}
 		if inBatch[e] && refused[topicPartition{k.topic, k.partition}] {

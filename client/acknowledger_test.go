@@ -289,8 +289,9 @@ func TestAcknowledgerCommit(t *testing.T) {
 
 // TestAcknowledgerRetriable: a transient refusal (the proxy's TX_PENDING
 // limit: COORDINATOR_NOT_AVAILABLE) aborts the transaction, including what an
-// earlier Flush staged in it, keeps every acknowledgement, and a retry
-// commits them all.
+// earlier Flush staged in it (released by the proxy for redelivery: in
+// Released, no longer kept), keeps the acknowledgements it could not stage,
+// and a retry commits them.
 func TestAcknowledgerRetriable(t *testing.T) {
 	c := newCluster(t, 3)
 	f := &fakeSharetx{key: 95}
@@ -315,10 +316,10 @@ func TestAcknowledgerRetriable(t *testing.T) {
 		t.Fatalf("Commit: %v, want ErrRetriable wrapping COORDINATOR_NOT_AVAILABLE", err)
 	}
 	te := asTxnError(t, err)
-	if te.Op != "commit" || te.Kept != 3 || len(te.Dropped) != 0 || te.MaybeCommitted || te.AbortErr != nil || a.Len() != 3 {
+	if te.Op != "commit" || te.Kept != 2 || len(te.Dropped) != 0 || len(te.Released) != 1 || te.Released[0].Offset != 5 || te.MaybeCommitted || te.AbortErr != nil || a.Len() != 2 {
 		t.Fatalf("%+v, Len %d", te, a.Len())
 	}
-	if !strings.Contains(err.Error(), "(retriable; 3 acknowledgement(s) kept)") {
+	if !strings.Contains(err.Error(), "(retriable; 2 acknowledgement(s) kept)") {
 		t.Fatalf("message: %v", err)
 	}
 	if aborts.Hits() != 1 {
@@ -333,7 +334,7 @@ func TestAcknowledgerRetriable(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqs := f.requests()
-	if got := strings.Join(offsetsOf(reqs[len(reqs)-1:], names), " "); got != "in2[0]@9=3 in[0]@5=1 in[1]@3=3" {
+	if got := strings.Join(offsetsOf(reqs[len(reqs)-1:], names), " "); got != "in2[0]@9=3 in[1]@3=3" {
 		t.Fatalf("the retry staged %s", got)
 	}
 	if a.Len() != 0 || len(touches(t, c)) != 1 {
@@ -395,8 +396,9 @@ func TestAcknowledgerRejected(t *testing.T) {
 
 // TestAcknowledgerEndTxnFails: the commit itself fails. A definitive
 // TRANSACTION_ABORTABLE and an UNKNOWN_SERVER_ERROR whose outcome is unknown
-// are both retriable; the transaction is aborted, the acknowledgements kept,
-// and the retry commits them.
+// are both retriable; the transaction is aborted, and the acknowledgements,
+// all staged in it, are Released (the proxy releases their records for
+// redelivery), not kept: the retry has nothing to send.
 func TestAcknowledgerEndTxnFails(t *testing.T) {
 	for _, tc := range []struct {
 		err   *kerr.Error
@@ -419,7 +421,7 @@ func TestAcknowledgerEndTxnFails(t *testing.T) {
 				t.Fatalf("Commit: %v, want ErrRetriable wrapping %v", err, tc.err)
 			}
 			te := asTxnError(t, err)
-			if fault.Hits() != 1 || te.MaybeCommitted != tc.maybe || te.Kept != 2 || te.AbortErr != nil {
+			if fault.Hits() != 1 || te.MaybeCommitted != tc.maybe || te.Kept != 0 || len(te.Released) != 2 || te.AbortErr != nil {
 				t.Fatalf("%d faults, %+v", fault.Hits(), te)
 			}
 			if n := len(touches(t, c)); n != 0 {
@@ -428,7 +430,7 @@ func TestAcknowledgerEndTxnFails(t *testing.T) {
 			if err := a.Commit(ctx); err != nil {
 				t.Fatalf("retry: %v", err)
 			}
-			if a.Len() != 0 || len(touches(t, c)) != 1 || len(f.requests()) != 2 {
+			if a.Len() != 0 || len(touches(t, c)) != 0 || len(f.requests()) != 1 {
 				t.Fatalf("after the retry: Len %d, %d touches, %d requests", a.Len(), len(touches(t, c)), len(f.requests()))
 			}
 		})
@@ -481,8 +483,14 @@ func TestAcknowledgerFenced(t *testing.T) {
 				t.Fatalf("zombie Commit: %v: ErrFenced %v", err, errors.Is(err, ErrFenced))
 			}
 			te := asTxnError(t, err)
-			if te.Kept != 2 || a.Len() != 2 {
-				t.Fatalf("kept %d, Len %d", te.Kept, a.Len())
+			// Staged before the fencing: the aborted transaction took them
+			// (Released); not staged yet: kept.
+			kept := 0
+			if tc.fenceFirst {
+				kept = 2
+			}
+			if te.Kept != kept || a.Len() != kept || len(te.Released) != 2-kept {
+				t.Fatalf("kept %d, Len %d, released %d; want %d kept", te.Kept, a.Len(), len(te.Released), kept)
 			}
 			t.Logf("zombie: %v", err)
 			sent := obs.Hits()
@@ -557,7 +565,8 @@ func TestAcknowledgerTerminal(t *testing.T) {
 }
 
 // TestAcknowledgerCanceledContext: a Commit whose context is canceled still
-// aborts its transaction, and keeps the acknowledgements.
+// aborts its transaction, and keeps the acknowledgements it had not staged
+// (the flushed one went with the aborted transaction).
 func TestAcknowledgerCanceledContext(t *testing.T) {
 	c := newCluster(t, 3)
 	f := &fakeSharetx{key: 95}
@@ -575,8 +584,8 @@ func TestAcknowledgerCanceledContext(t *testing.T) {
 	if !errors.Is(err, ErrRetriable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("%v, want ErrRetriable wrapping context.Canceled", err)
 	}
-	if a.Len() != 2 || aborts.Hits() != 1 {
-		t.Fatalf("Len %d, %d aborts", a.Len(), aborts.Hits())
+	if te := asTxnError(t, err); a.Len() != 1 || aborts.Hits() != 1 || len(te.Released) != 1 {
+		t.Fatalf("Len %d, %d aborts, %+v", a.Len(), aborts.Hits(), te)
 	}
 	if err := a.Commit(context.Background()); err != nil {
 		t.Fatal(err)

@@ -171,11 +171,11 @@ type TransactionError struct {
 	AbortErr error
 	// MaybeCommitted is set when the commit's outcome is unknown: EndTxn
 	// was sent and its answer was lost (a network error, a timeout,
-	// UNKNOWN_SERVER_ERROR). The acknowledgements are kept like for any
-	// retriable error, and retrying is safe: if the transaction did
-	// commit, the proxy refuses them again (INVALID_RECORD_STATE, so
-	// ErrRejected, and they are dropped); if it aborted, they commit now.
-	// Either way each acknowledgement takes effect at most once.
+	// UNKNOWN_SERVER_ERROR). The staged acknowledgements are in Released
+	// like after any abort: if the transaction did commit they took
+	// effect; if it aborted, the proxy released their records and they
+	// are redelivered. Either way each acknowledgement takes effect at
+	// most once.
 	MaybeCommitted bool
 	// Kept is the number of acknowledgements in the buffer after the
 	// failure (Len).
@@ -183,6 +183,12 @@ type TransactionError struct {
 	// Dropped are the records whose acknowledgements the proxy refused
 	// (ErrRejected); they were released for redelivery.
 	Dropped []*kgo.Record
+	// Released are the records whose acknowledgements were staged in the
+	// transaction that failed and was aborted: the proxy released them
+	// upstream (as a broker with KIP-1289 does), so they are no longer
+	// this consumer's and come back in a later poll, possibly to another
+	// member. They are not kept in the buffer.
+	Released []*kgo.Record
 
 	kind errKind
 }

@@ -268,14 +268,35 @@ func TestKIP1289TransactionTimeout(t *testing.T) {
 			st := s.p.KIP().Stats()
 			return st.Aborted >= 1 && st.Pending == 0
 		})
+		// The proxy released them upstream at the abort: they are
+		// redelivered, and the redelivery can be staged and committed.
+		want := map[recordID]bool{}
+		for _, r := range recs {
+			want[idOf(r)] = true
+		}
+		var again []*kgo.Record
+		for len(want) > 0 && ctx.Err() == nil {
+			for _, r := range s.pollSome(t, ctx, 4) {
+				if want[idOf(r)] && r.DeliveryCount() >= 2 {
+					delete(want, idOf(r))
+					again = append(again, r)
+				}
+			}
+		}
+		if len(want) > 0 {
+			t.Fatalf("%d records of the timed-out transaction not redelivered", len(want))
+		}
 		if err := s.producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
-			t.Fatalf("staging the reverted records again: %v", err)
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(again, client.Accept), s.md); err != nil {
+			t.Fatalf("staging the redelivered records: %v", err)
 		}
 		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			t.Fatal(err)
+		}
+		if left := s.remaining(t, b, 3*time.Second); len(left) != 0 {
+			t.Fatalf("%d records left after the redelivery committed", len(left))
 		}
 	})
 }
