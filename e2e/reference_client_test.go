@@ -207,7 +207,7 @@ func newRefClient(t *testing.T, p *Proxy, admin *kgo.Client, group string, topic
 	rec := &DialRecorder{}
 	rc.consumer = p.NewClient(t, rec, append([]kgo.Opt{kgo.ShareGroup(group), kgo.ConsumeTopics(topics...), kgo.ClientID(rc.clientID),
 		kgo.FetchMaxWait(500 * time.Millisecond)}, opts...)...)
-	rc.producer = p.NewClient(t, rec, kgo.TransactionalID(rc.txnID), kgo.DefaultProduceTopic(out), kgo.TransactionTimeout(20*time.Second))
+	rc.producer = p.NewClient(t, rec, kgo.TransactionalID(rc.txnID), kgo.DefaultProduceTopic(out), kgo.TransactionTimeout(time.Minute)) // the Java producer's default; a broker failover must fit in it
 	for _, tp := range topics {
 		rc.topicIDs[tp] = topicIDOf(t, admin, tp)
 	}

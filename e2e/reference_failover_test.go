@@ -67,15 +67,18 @@ func shareCoordinatorOf(t *testing.T, b *Backend, group string, topicID [16]byte
 	req := kmsg.NewPtrFindCoordinatorRequest()
 	req.CoordinatorType = 2 // SHARE
 	req.CoordinatorKeys = []string{fmt.Sprintf("%s:%s:%d", group, base64.RawURLEncoding.EncodeToString(topicID[:]) /* Kafka's Uuid.toString() */, partition)}
-	resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
-	if err != nil || len(resp.Coordinators) != 1 {
-		t.Fatalf("FindCoordinator(SHARE): %v %+v", err, resp)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		resp, err := req.RequestWith(ctxT(t, 30*time.Second), cl)
+		if err == nil && len(resp.Coordinators) == 1 {
+			c := resp.Coordinators[0]
+			if err = kerr.ErrorForCode(c.ErrorCode); err == nil {
+				return c.NodeID
+			}
+		}
+		if time.Now().After(deadline) { // COORDINATOR_NOT_AVAILABLE while the state topic loads
+			t.Fatalf("FindCoordinator(SHARE): %v", err)
+		}
 	}
-	c := resp.Coordinators[0]
-	if err := kerr.ErrorForCode(c.ErrorCode); err != nil {
-		t.Fatalf("FindCoordinator(SHARE): %v", err)
-	}
-	return c.NodeID
 }
 
 // failOver makes node lose what it leads: a real broker is killed with
