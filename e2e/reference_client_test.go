@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -801,4 +802,159 @@ func metricValue(p *Proxy, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestReferenceClientTransactionalInputGaps: an input written by a
+// transactional producer holds a commit marker after every transaction, and
+// the broker hands a member those offsets too. The reference client
+// acknowledges them as gaps (type 0) with the records, in the transaction.
+// franz-go's share consumer acknowledges gaps itself at once, so the member
+// here speaks ShareGroupHeartbeat and ShareFetch by hand (kmsg, through the
+// proxy), as the reference consumer does: every acquired offset that is not
+// a record is staged as a gap, TX_PENDING counts them, and at the commit
+// the proxy applies them as gaps: nothing is left to deliver.
+func TestReferenceClientTransactionalInputGaps(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique("ref-gaps")}
+		s.admin = s.p.NewClient(t, &DialRecorder{})
+		adm := kadm.NewClient(s.admin)
+		s.in = createTopic(t, adm, b, 1)
+		s.out = createTopic(t, adm, b, 1)
+		setShareAutoOffsetReset(t, s.admin, s.group)
+		ctx := ctxT(t, 2*time.Minute)
+		seeder, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.TransactionalID(Unique("ref-gaps-seeder")), kgo.DefaultProduceTopic(s.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer seeder.Close()
+		const txns, per = 3, 3
+		isRec := map[int64]bool{}
+		for i := 0; i < txns; i++ {
+			if err := seeder.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			for j := 0; j < per; j++ {
+				r, err := seeder.ProduceSync(ctx, kgo.StringRecord(fmt.Sprintf("t%d-r%d", i, j))).First()
+				if err != nil {
+					t.Fatal(err)
+				}
+				isRec[r.Offset] = true
+			}
+			if err := seeder.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// The member: joins by heartbeat, then fetches until it holds
+		// every record.
+		m := refMember{group: s.group, member: base64.RawURLEncoding.EncodeToString([]byte(Unique("gapmember"))[:16])}
+		hb := func(epoch int32) *kmsg.ShareGroupHeartbeatResponse {
+			req := kmsg.NewPtrShareGroupHeartbeatRequest()
+			req.GroupID, req.MemberID, req.MemberEpoch, req.SubscribedTopicNames = s.group, m.member, epoch, []string{s.in}
+			resp, err := req.RequestWith(ctx, s.admin)
+			if err == nil {
+				err = kerr.ErrorForCode(resp.ErrorCode)
+			}
+			if err != nil {
+				t.Fatalf("ShareGroupHeartbeat: %v", err)
+			}
+			return resp
+		}
+		for assigned := false; !assigned; time.Sleep(200 * time.Millisecond) {
+			resp := hb(m.epoch)
+			m.epoch = resp.MemberEpoch
+			assigned = resp.Assignment != nil && len(resp.Assignment.TopicPartitions) > 0
+			if ctx.Err() != nil {
+				t.Fatal("never assigned the input partition")
+			}
+		}
+		topicID := topicIDOf(t, s.admin, s.in)
+		leader := leaderOf(t, b, s.in, 0)
+		acquired := map[int64]bool{}
+		sessionEpoch := int32(0)
+		for len(acquired) < len(isRec) || !func() bool {
+			for o := range isRec {
+				if !acquired[o] {
+					return false
+				}
+			}
+			return true
+		}() {
+			if ctx.Err() != nil {
+				t.Fatalf("acquired %d offsets, want the %d records", len(acquired), len(isRec))
+			}
+			req := kmsg.NewPtrShareFetchRequest()
+			req.GroupID, req.MemberID, req.ShareSessionEpoch = &m.group, &m.member, sessionEpoch
+			req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.MaxRecords, req.BatchSize = 500, 1, 1<<20, 100, 100
+			tp := kmsg.NewShareFetchRequestTopic()
+			tp.TopicID = topicID
+			pp := kmsg.NewShareFetchRequestTopicPartition()
+			pp.PartitionMaxBytes = 1 << 20
+			tp.Partitions = append(tp.Partitions, pp)
+			req.Topics = append(req.Topics, tp)
+			resp, err := req.RequestWith(ctx, s.admin.Broker(int(leader)))
+			if err == nil {
+				err = kerr.ErrorForCode(resp.ErrorCode)
+			}
+			if err != nil {
+				t.Fatalf("ShareFetch: %v", err)
+			}
+			sessionEpoch++
+			for _, rt := range resp.Topics {
+				for _, rp := range rt.Partitions {
+					for _, ar := range rp.AcquiredRecords {
+						for o := ar.FirstOffset; o <= ar.LastOffset; o++ {
+							acquired[o] = true
+						}
+					}
+				}
+			}
+		}
+		var offs []int64
+		for o := range acquired {
+			offs = append(offs, o)
+		}
+		slices.Sort(offs)
+		p := refPartition{topic: topicID, partition: 0}
+		gaps := 0
+		for _, o := range offs {
+			ty := int8(1)
+			if !isRec[o] {
+				ty = 0
+				gaps++
+			}
+			p.batches = append(p.batches, refBatch{o, o, []int8{ty}})
+		}
+		if gaps < txns-1 {
+			t.Fatalf("acquired offsets %v hold %d gaps, want at least %d (a commit marker after each transaction)", offs, gaps, txns-1)
+		}
+		t.Logf("acquired offsets %d..%d: %d records, %d gaps", offs[0], offs[len(offs)-1], len(isRec), gaps)
+
+		producer := s.p.NewClient(t, &DialRecorder{}, kgo.TransactionalID(Unique("ref-gaps-txn")), kgo.TransactionTimeout(time.Minute))
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		pid, epoch, err := producer.ProducerID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		txnID, _ := producer.OptValue(kgo.TransactionalID).(string)
+		if res := refSend(t, s.p.Addr, refRequest(txnID, pid, epoch, m, p)); res.code != 0 {
+			t.Fatalf("TxnShareAcknowledge with gaps: %v (%s)", res.err(), res.message)
+		}
+		if got := s.p.KIP().Stats().Pending; got != len(offs) {
+			t.Fatalf("TX_PENDING %d, want %d (records and gaps)", got, len(offs))
+		}
+		end := kmsg.NewPtrEndTxnRequest()
+		end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = txnID, pid, epoch, true
+		if resp, err := end.RequestWith(ctx, producer); err != nil || resp.ErrorCode != 0 {
+			t.Fatalf("EndTxn: %v %+v", err, resp)
+		}
+		Wait(t, 30*time.Second, "records and gaps applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		if f := metricValue(s.p, "sharetx_upstream_ack_failures_total"); f != 0 {
+			t.Fatalf("%v acknowledgements the broker refused", f)
+		}
+		hb(-1) // leave
+		s.nothingLeft(t, nil)
+	})
 }
