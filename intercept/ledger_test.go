@@ -288,3 +288,55 @@ func partErr2(e *KIP1289, req *kip1289.TxnShareAcknowledgeRequest) int16 {
 func ab(first, last int64, types ...int8) kip1289.TxnShareAcknowledgeBatch {
 	return kip1289.TxnShareAcknowledgeBatch{FirstOffset: first, LastOffset: last, AcknowledgeTypes: types}
 }
+
+// TestAbortReleasesAndOwesOneAck: an aborted call's offsets leave the
+// member at once (no entry, no live acquisition range: the proxy released
+// them upstream), and the member owes one acknowledgement of that delivery:
+// its first ack of each offset is absorbed, a later one (of a redelivery)
+// goes upstream, and another member's is never absorbed. An offset whose
+// ack was already absorbed while staged owes nothing.
+func TestAbortReleasesAndOwesOneAck(t *testing.T) {
+	topic := [16]byte{7}
+	e := testEngine()
+	e.setTxn("tx", 7, 2)
+	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	_, call := e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)))
+	if call == nil {
+		t.Fatal("valid call refused")
+	}
+	// While staged, the client acknowledged offset 4 itself (absorbed).
+	if out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{4, 4, []int8{1}}}); held != 1 || len(out) != 0 {
+		t.Fatalf("ack of a staged offset: held %d, out %+v", held, out)
+	}
+	e.abortCall(call)
+	ps := e.parts[partKey{"g", topic, 0}]
+	for o := int64(0); o <= 4; o++ {
+		if st := ps.get(o); st != nil {
+			t.Fatalf("offset %d still with the member after the abort: %+v", o, st)
+		}
+	}
+	if len(ps.owed) != 4 || e.pending != 0 {
+		t.Fatalf("owed %v, pending %d; want offsets 0-3 owed (4 was acked while staged), nothing pending", ps.owed, e.pending)
+	}
+	// Another member's ack of those offsets is its own delivery's.
+	if out, held := e.filterClientAcks("g", "m2", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
+		t.Fatalf("another member's ack: held %d, out %+v", held, out)
+	}
+	// The member's implicit ACCEPT of its whole poll: 0-3 absorbed, 4-9
+	// upstream (4 was settled while staged; 5-9 are plain acquisitions).
+	out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
+	if held != 4 || len(out) != 1 || out[0].first != 4 || out[0].last != 9 {
+		t.Fatalf("the member's ack after the abort: held %d, out %+v", held, out)
+	}
+	// A later ack of offset 0 by the member is of a redelivery: upstream.
+	e.acquired(0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
+	if out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
+		t.Fatalf("ack of the redelivery: held %d, out %+v", held, out)
+	}
+	// Owed acks expire.
+	ps.oweAck(20, "m1", time.Now().Add(-time.Second))
+	e.Prune(time.Now())
+	if _, ok := ps.owed[20]; ok {
+		t.Fatal("an expired owed ack survived Prune")
+	}
+}
