@@ -21,12 +21,19 @@ import (
 // pollSome polls until it gets records (at most max).
 func (s *kipSetup) pollSome(t *testing.T, ctx context.Context, max int) []*kgo.Record {
 	t.Helper()
+	return pollNonEmpty(t, ctx, s.consumer, max)
+}
+
+// pollNonEmpty returns the next non-empty poll of at most max records of
+// the share consumer cl, failing the test when ctx ends first.
+func pollNonEmpty(t *testing.T, ctx context.Context, cl *kgo.Client, max int) []*kgo.Record {
+	t.Helper()
 	for {
 		if ctx.Err() != nil {
 			t.Fatal("no records to poll")
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		recs := s.consumer.PollRecords(pctx, max).Records()
+		recs := cl.PollRecords(pctx, max).Records()
 		cancel()
 		if len(recs) > 0 {
 			return recs
@@ -43,30 +50,7 @@ func (s *kipSetup) pollSome(t *testing.T, ctx context.Context, max int) []*kgo.R
 func (s *kipSetup) remaining(t *testing.T, b *Backend, quiet time.Duration) []*kgo.Record {
 	t.Helper()
 	s.consumer.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.FetchMaxWait(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var got []*kgo.Record
-	// A new member needs a heartbeat or two before it is assigned
-	// partitions: give it that long on top of the quiet period.
-	join := 6 * time.Second
-	if b.Fake != nil {
-		join = 0 // kfake assigns at the first heartbeat
-	}
-	start := time.Now()
-	last := start
-	for time.Since(last) < quiet || time.Since(start) < quiet+join {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		recs := cl.PollRecords(ctx, 100).Records()
-		cancel()
-		if len(recs) > 0 {
-			got = append(got, recs...)
-			last = time.Now()
-		}
-	}
-	return got
+	return freshMemberGets(t, b, s.group, s.in, quiet)
 }
 
 func acksOf(recs []*kgo.Record, ty client.AcknowledgeType) *client.ShareAcknowledgements {

@@ -238,17 +238,7 @@ func (rc *refClient) metadata(t *testing.T, ctx context.Context) refMember {
 // poll returns the next non-empty poll of at most max records.
 func (rc *refClient) poll(t *testing.T, ctx context.Context, max int) []*kgo.Record {
 	t.Helper()
-	for {
-		if ctx.Err() != nil {
-			t.Fatal("no records to poll")
-		}
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		recs := rc.consumer.PollRecords(pctx, max).Records()
-		cancel()
-		if len(recs) > 0 {
-			return recs
-		}
-	}
+	return pollNonEmpty(t, ctx, rc.consumer, max)
 }
 
 // stage sends the acknowledgements of recs (one type for all) in the
@@ -266,6 +256,18 @@ func (rc *refClient) stage(t *testing.T, ctx context.Context, m refMember, recs 
 		}
 	}
 	return refResult{}
+}
+
+// beginAndStage begins a transaction and stages recs (type ty) in it,
+// failing the test if the proxy refuses.
+func (rc *refClient) beginAndStage(t *testing.T, ctx context.Context, recs []*kgo.Record, ty int8) {
+	t.Helper()
+	if err := rc.producer.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, ty); res.code != 0 {
+		t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
+	}
 }
 
 // endTxn ends the transaction with EndTxn, as the reference client always
@@ -421,12 +423,7 @@ func TestTransactionalShareAckCommitAccept(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		rc := s.client(t)
 		recs := rc.poll(t, ctx, 1)
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
-			t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-		}
+		rc.beginAndStage(t, ctx, recs, 1)
 		if got := s.p.KIP().Stats().Pending; got != 1 {
 			t.Fatalf("TX_PENDING records %d, want 1", got)
 		}
@@ -530,12 +527,7 @@ func TestTransactionalShareAckAbortAccept(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		rc := s.client(t)
 		recs := rc.poll(t, ctx, 1)
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
-			t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-		}
+		rc.beginAndStage(t, ctx, recs, 1)
 		rc.endTxn(t, ctx, false)
 		took := rc.waitRedelivered(t, recs, 30*time.Second)
 		t.Logf("abort → redelivered: %v", took)
@@ -582,12 +574,7 @@ func TestTransactionalShareAckCommitReject(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		rc := s.client(t)
 		recs := rc.poll(t, ctx, 1)
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 3); res.code != 0 {
-			t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-		}
+		rc.beginAndStage(t, ctx, recs, 3)
 		rc.endTxn(t, ctx, true)
 		s.nothingLeft(t, rc)
 	})
@@ -613,12 +600,7 @@ func TestTransactionalShareAckCommitSubsetAccept(t *testing.T) {
 		for len(recs) < 3 {
 			recs = append(recs, rc.poll(t, ctx, 3-len(recs))...)
 		}
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs[1:2], 1); res.code != 0 {
-			t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-		}
+		rc.beginAndStage(t, ctx, recs[1:2], 1)
 		rc.endTxn(t, ctx, true)
 		Wait(t, 30*time.Second, "applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
 		rc.consumer.Close() // releases the two it did not acknowledge

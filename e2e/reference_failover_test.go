@@ -184,12 +184,7 @@ func TestTransactionalShareAckCommitAcceptWithRemoteShareCoordinator(t *testing.
 		s, rc, _ := remoteCoordinatorSetup(t, b)
 		ctx := ctxT(t, 2*time.Minute)
 		recs := rc.poll(t, ctx, 1)
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
-			t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-		}
+		rc.beginAndStage(t, ctx, recs, 1)
 		rc.endTxn(t, ctx, true)
 		s.nothingLeft(t, rc)
 	})
@@ -203,12 +198,7 @@ func TestTransactionalShareAckAbortAcceptWithRemoteShareCoordinator(t *testing.T
 		_, rc, _ := remoteCoordinatorSetup(t, b)
 		ctx := ctxT(t, 2*time.Minute)
 		recs := rc.poll(t, ctx, 1)
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
-			t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-		}
+		rc.beginAndStage(t, ctx, recs, 1)
 		rc.endTxn(t, ctx, false)
 		t.Logf("abort → redelivered: %v", rc.waitRedelivered(t, recs, 30*time.Second))
 	})
@@ -223,12 +213,7 @@ func pendingFailover(t *testing.T, b *Backend, coordinator, commit bool) {
 	s, rc, part := remoteCoordinatorSetup(t, b)
 	ctx := ctxT(t, 3*time.Minute)
 	recs := rc.poll(t, ctx, 1)
-	if err := rc.producer.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
-		t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
-	}
+	rc.beginAndStage(t, ctx, recs, 1)
 	rc.consumer.Close()
 	if coordinator {
 		node := shareCoordinatorOf(t, b, s.group, rc.topicIDs[s.in], part)
