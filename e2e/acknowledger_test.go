@@ -352,9 +352,10 @@ func TestAcknowledgerFailedCommitRetried(t *testing.T) {
 
 // TestAcknowledgerFencedIsTerminal: an acknowledger whose producer is fenced
 // by a newer instance with the same transactional id (a zombie) gets a
-// terminal error at its next Commit, keeps its acknowledgements, sends nothing
-// more, and releases the records on Close; the new instance then processes
-// and commits them, and the broker acknowledged every one.
+// terminal error at its next Commit and sends nothing more; the
+// acknowledgements it had staged went with the transaction the coordinator
+// aborted (Released: the proxy released the records), and the new instance
+// then processes and commits them, and the broker acknowledged every one.
 func TestAcknowledgerFencedIsTerminal(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
 		s := newKIPSetup(t, b, 6)
@@ -375,20 +376,22 @@ func TestAcknowledgerFencedIsTerminal(t *testing.T) {
 		}
 
 		// The new instance initializes: the coordinator fences the zombie
-		// and aborts its transaction; the proxy reverts the records.
+		// and aborts its transaction; the proxy releases the records.
 		freshProducer := s.acknowledgerProducer(t, txnID, nil)
 		if _, _, err := freshProducer.ProducerID(ctx); err != nil {
 			t.Fatal(err)
 		}
-		Wait(t, 60*time.Second, "the fenced transaction's records to be ACQUIRED again", func() bool { return kip.Stats().Pending == 0 })
+		Wait(t, 60*time.Second, "the fenced transaction's records released", func() bool { return kip.Stats().Pending == 0 })
 
 		err := zombie.Commit(ctx)
 		if !errors.Is(err, client.ErrTerminal) || errors.Is(err, client.ErrRetriable) {
 			t.Fatalf("zombie commit: %v, want ErrTerminal", err)
 		}
 		t.Logf("%s: zombie commit: %v (ErrFenced: %v)", b.Name, err, errors.Is(err, client.ErrFenced))
-		if n := zombie.Len(); n != len(recs) {
-			t.Fatalf("the zombie kept %d acknowledgements, want %d", n, len(recs))
+		// Staged in the aborted transaction: not kept, Released.
+		var te *client.TransactionError
+		if !errors.As(err, &te) || zombie.Len() != 0 || len(te.Released) != len(recs) {
+			t.Fatalf("the zombie kept %d acknowledgements and released %d, want 0 and %d", zombie.Len(), len(te.Released), len(recs))
 		}
 		sent := reqs.txnRequests()
 		if again := zombie.Commit(ctx); again != err {
@@ -407,7 +410,7 @@ func TestAcknowledgerFencedIsTerminal(t *testing.T) {
 			t.Fatalf("commit after Close: %v", err)
 		}
 
-		// Close released them: the new instance gets them again, and
+		// The proxy released them: the new instance gets them again, and
 		// processes them as an application should, staging each poll's
 		// acknowledgements before the next poll.
 		fresh := newAcknowledger(t, freshProducer, s.md)
