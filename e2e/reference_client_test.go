@@ -333,12 +333,20 @@ type refSetup struct {
 
 func newRefSetup(t *testing.T, b *Backend, records int, partitions int32) *refSetup {
 	t.Helper()
-	s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique("ref-group")}
+	s := newRefSetupWith(t, b, "ref-group", func(adm *kadm.Client) string { return createTopic(t, adm, b, partitions) }, 1)
+	produceN(t, s.admin, s.in, records)
+	return s
+}
+
+// newRefSetupWith is a refSetup whose input topic in creates (empty), with
+// an output topic of outPartitions and a share group named after prefix.
+func newRefSetupWith(t *testing.T, b *Backend, prefix string, in func(*kadm.Client) string, outPartitions int32) *refSetup {
+	t.Helper()
+	s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique(prefix)}
 	s.admin = s.p.NewClient(t, &DialRecorder{})
 	adm := kadm.NewClient(s.admin)
-	s.in = createTopic(t, adm, b, partitions)
-	s.out = createTopic(t, adm, b, 1)
-	produceN(t, s.admin, s.in, records)
+	s.in = in(adm)
+	s.out = createTopic(t, adm, b, outPartitions)
 	setShareAutoOffsetReset(t, s.admin, s.group)
 	return s
 }
@@ -797,12 +805,7 @@ func metricValue(p *Proxy, name string) float64 {
 // the proxy applies them as gaps: nothing is left to deliver.
 func TestReferenceClientTransactionalInputGaps(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
-		s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique("ref-gaps")}
-		s.admin = s.p.NewClient(t, &DialRecorder{})
-		adm := kadm.NewClient(s.admin)
-		s.in = createTopic(t, adm, b, 1)
-		s.out = createTopic(t, adm, b, 1)
-		setShareAutoOffsetReset(t, s.admin, s.group)
+		s := newRefSetupWith(t, b, "ref-gaps", func(adm *kadm.Client) string { return createTopic(t, adm, b, 1) }, 1)
 		ctx := ctxT(t, 2*time.Minute)
 		seeder, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.TransactionalID(Unique("ref-gaps-seeder")), kgo.DefaultProduceTopic(s.in))
 		if err != nil {

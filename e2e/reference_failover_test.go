@@ -155,12 +155,7 @@ func produceTo(t *testing.T, b *Backend, topic string, partition int32, values .
 // *WithRemoteShareCoordinator).
 func remoteCoordinatorSetup(t *testing.T, b *Backend) (*refSetup, *refClient, int32) {
 	t.Helper()
-	s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique("ref-remote")}
-	s.admin = s.p.NewClient(t, &DialRecorder{})
-	adm := kadm.NewClient(s.admin)
-	s.in = createTopic(t, adm, b, 3)
-	s.out = createTopic(t, adm, b, 1)
-	setShareAutoOffsetReset(t, s.admin, s.group)
+	s := newRefSetupWith(t, b, "ref-remote", func(adm *kadm.Client) string { return createTopic(t, adm, b, 3) }, 1)
 	id := topicIDOf(t, s.admin, s.in)
 	part := int32(-1)
 	for p := int32(0); p < 3 && part < 0; p++ {
@@ -270,12 +265,7 @@ func TestTransactionalShareAckAbortAfterShareCoordinatorFailoverWithPendingState
 // read_committed, the aborted input redelivered, no committed input
 // redelivered.
 func threeLeaders(t *testing.T, b *Backend, shutdown, beforeAbort bool) {
-	s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique("ref-three")}
-	s.admin = s.p.NewClient(t, &DialRecorder{})
-	adm := kadm.NewClient(s.admin)
-	s.in = threeLeaderTopic(t, adm, b)
-	s.out = createTopic(t, adm, b, 3)
-	setShareAutoOffsetReset(t, s.admin, s.group)
+	s := newRefSetupWith(t, b, "ref-three", func(adm *kadm.Client) string { return threeLeaderTopic(t, adm, b) }, 3)
 	for p := int32(0); p < 3; p++ {
 		produceTo(t, b, s.in, p, fmt.Sprintf("%d-0", p), fmt.Sprintf("%d-1", p))
 	}
