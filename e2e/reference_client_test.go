@@ -836,14 +836,19 @@ func TestReferenceClientTransactionalInputGaps(t *testing.T) {
 		hb := func(epoch int32) *kmsg.ShareGroupHeartbeatResponse {
 			req := kmsg.NewPtrShareGroupHeartbeatRequest()
 			req.GroupID, req.MemberID, req.MemberEpoch, req.SubscribedTopicNames = s.group, m.member, epoch, []string{s.in}
-			resp, err := req.RequestWith(ctx, s.admin)
-			if err == nil {
-				err = kerr.ErrorForCode(resp.ErrorCode)
+			for {
+				resp, err := req.RequestWith(ctx, s.admin)
+				if err == nil {
+					err = kerr.ErrorForCode(resp.ErrorCode)
+				}
+				if err == nil {
+					return resp
+				}
+				if !kerr.IsRetriable(err) || ctx.Err() != nil {
+					t.Fatalf("ShareGroupHeartbeat: %v", err)
+				}
+				time.Sleep(200 * time.Millisecond) // a coordinator still loading
 			}
-			if err != nil {
-				t.Fatalf("ShareGroupHeartbeat: %v", err)
-			}
-			return resp
 		}
 		for assigned := false; !assigned; time.Sleep(200 * time.Millisecond) {
 			resp := hb(m.epoch)
@@ -880,6 +885,11 @@ func TestReferenceClientTransactionalInputGaps(t *testing.T) {
 			resp, err := req.RequestWith(ctx, s.admin.Broker(int(leader)))
 			if err == nil {
 				err = kerr.ErrorForCode(resp.ErrorCode)
+			}
+			if err != nil && kerr.IsRetriable(err) && ctx.Err() == nil {
+				time.Sleep(200 * time.Millisecond) // the share partition still loading
+				sessionEpoch = 0
+				continue
 			}
 			if err != nil {
 				t.Fatalf("ShareFetch: %v", err)

@@ -155,10 +155,12 @@ func produceTo(t *testing.T, b *Backend, topic string, partition int32, values .
 // *WithRemoteShareCoordinator).
 func remoteCoordinatorSetup(t *testing.T, b *Backend) (*refSetup, *refClient, int32) {
 	t.Helper()
-	s := newRefSetupWith(t, b, "ref-remote", func(adm *kadm.Client) string { return createTopic(t, adm, b, 3) }, 1)
+	// Six partitions: some partition's leader is all but surely not the
+	// node holding its share state.
+	s := newRefSetupWith(t, b, "ref-remote", func(adm *kadm.Client) string { return createTopic(t, adm, b, 6) }, 1)
 	id := topicIDOf(t, s.admin, s.in)
 	part := int32(-1)
-	for p := int32(0); p < 3 && part < 0; p++ {
+	for p := int32(0); p < 6 && part < 0; p++ {
 		if c := shareCoordinatorOf(t, b, s.group, id, p); c != leaderOf(t, b, s.in, p) {
 			part = p
 			t.Logf("partition %d: leader %d, share coordinator %d", p, leaderOf(t, b, s.in, p), c)
