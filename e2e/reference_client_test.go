@@ -270,6 +270,18 @@ func (rc *refClient) beginAndStage(t *testing.T, ctx context.Context, recs []*kg
 	}
 }
 
+// oneStaged is the reference tests' common start: one input record,
+// polled, and its acknowledgement (type ty) staged in an open transaction.
+func oneStaged(t *testing.T, b *Backend, ty int8) (*refSetup, *refClient, []*kgo.Record, context.Context) {
+	t.Helper()
+	s := newRefSetup(t, b, 1, 1)
+	ctx := ctxT(t, 2*time.Minute)
+	rc := s.client(t)
+	recs := rc.poll(t, ctx, 1)
+	rc.beginAndStage(t, ctx, recs, ty)
+	return s, rc, recs, ctx
+}
+
 // endTxn ends the transaction with EndTxn, as the reference client always
 // does (franz-go sends none for a transaction that produced nothing).
 func (rc *refClient) endTxn(t *testing.T, ctx context.Context, commit bool) {
@@ -427,11 +439,7 @@ func (rc *refClient) waitRedelivered(t *testing.T, want []*kgo.Record, within ti
 // transaction that holds nothing else, commit: the record is acknowledged.
 func TestTransactionalShareAckCommitAccept(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
-		s := newRefSetup(t, b, 1, 1)
-		ctx := ctxT(t, 2*time.Minute)
-		rc := s.client(t)
-		recs := rc.poll(t, ctx, 1)
-		rc.beginAndStage(t, ctx, recs, 1)
+		s, rc, _, ctx := oneStaged(t, b, 1)
 		if got := s.p.KIP().Stats().Pending; got != 1 {
 			t.Fatalf("TX_PENDING records %d, want 1", got)
 		}
@@ -531,11 +539,7 @@ func TestTransactionalShareAckCommitAcrossMultiplePolls(t *testing.T) {
 // the client releasing anything.
 func TestTransactionalShareAckAbortAccept(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
-		s := newRefSetup(t, b, 1, 1)
-		ctx := ctxT(t, 2*time.Minute)
-		rc := s.client(t)
-		recs := rc.poll(t, ctx, 1)
-		rc.beginAndStage(t, ctx, recs, 1)
+		s, rc, recs, ctx := oneStaged(t, b, 1)
 		rc.endTxn(t, ctx, false)
 		took := rc.waitRedelivered(t, recs, 30*time.Second)
 		t.Logf("abort → redelivered: %v", took)
@@ -578,11 +582,7 @@ func TestTransactionalShareAckAbortWithOutputRecordInSameTransaction(t *testing.
 // record: it is never delivered again.
 func TestTransactionalShareAckCommitReject(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
-		s := newRefSetup(t, b, 1, 1)
-		ctx := ctxT(t, 2*time.Minute)
-		rc := s.client(t)
-		recs := rc.poll(t, ctx, 1)
-		rc.beginAndStage(t, ctx, recs, 3)
+		s, rc, _, ctx := oneStaged(t, b, 3)
 		rc.endTxn(t, ctx, true)
 		s.nothingLeft(t, rc)
 	})
