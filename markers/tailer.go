@@ -51,6 +51,12 @@ type Handlers struct {
 	// next COMMIT/ABORT marker of its producer id with an epoch >= the
 	// batch's epoch is read on the same partition.
 	OnResolve func(Resolution)
+	// Key, when set, is the shadow key: only version 2 records signed with
+	// it, whose producer id and epoch are the record batch's, are handled;
+	// any other shadow record changes nothing and is reported to OnRejected.
+	Key []byte
+	// OnRejected is told why a shadow record was not trusted. May be nil.
+	OnRejected func(partition int32, offset int64, reason string)
 }
 
 // Staged is a shadow record as read, its transaction still open.
@@ -86,6 +92,7 @@ func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onR
 func Start(opts []kgo.Opt, topic string, start map[int32]int64, h Handlers) (*Tailer, error) {
 	r := newResolver("", h.OnResolve)
 	r.onStaged = h.OnStaged
+	r.key, r.onRejected = h.Key, h.OnRejected
 	return newTailer(opts, topic, start, r)
 }
 
@@ -232,6 +239,9 @@ type resolver struct {
 	onResolve func(Resolution)
 	onStaged  func(Staged)
 
+	key        []byte
+	onRejected func(partition int32, offset int64, reason string)
+
 	mu    sync.Mutex
 	parts map[int32]*partState
 }
@@ -273,6 +283,7 @@ func (r *resolver) handle(rec logRecord) {
 
 	var out []Resolution
 	var newStaged *Staged
+	rejected := ""
 	switch {
 	case rec.control:
 		if len(rec.key) < 4 {
@@ -297,20 +308,61 @@ func (r *resolver) handle(rec logRecord) {
 			ps.pending[rec.producerID] = keep
 		}
 	case rec.transactional && staging.IsShadowRecord(rec.value):
-		sr, err := staging.DecodeShadowRecord(rec.value)
-		if err != nil || (r.proxyID != "" && sr.ProxyID != r.proxyID) {
+		sr, err := r.decode(rec)
+		if err != nil {
+			rejected = RejectReason(err)
+			break
+		}
+		if r.proxyID != "" && sr.ProxyID != r.proxyID {
 			break
 		}
 		ps.pending[rec.producerID] = append(ps.pending[rec.producerID], &staged{rec: sr, offset: rec.offset, epoch: rec.producerEpoch})
 		newStaged = &Staged{Record: sr, Offset: rec.offset, Partition: rec.partition}
 	}
 	r.mu.Unlock()
+	if rejected != "" && r.onRejected != nil {
+		r.onRejected(rec.partition, rec.offset, rejected)
+	}
 	if newStaged != nil && r.onStaged != nil {
 		r.onStaged(*newStaged)
 	}
 	for _, res := range out {
 		r.onResolve(res)
 	}
+}
+
+// decode returns the shadow record of rec if it is to be trusted: without a
+// key any decodable one; with a key only a signed one whose producer id and
+// epoch are the batch's (a signed record copied into another producer's
+// transaction is not).
+func (r *resolver) decode(rec logRecord) (*staging.ShadowRecord, error) {
+	if r.key == nil {
+		return staging.DecodeShadowRecord(rec.value)
+	}
+	sr, err := staging.VerifyShadowRecord(rec.value, r.key)
+	if err != nil {
+		return nil, err
+	}
+	if sr.ProducerID != rec.producerID || sr.ProducerEpoch != rec.producerEpoch {
+		return nil, errCopied
+	}
+	return sr, nil
+}
+
+var errCopied = errors.New("markers: a signed shadow record in another producer's batch (copied)")
+
+// RejectReason names why a shadow record was not trusted, as a metric label:
+// unsigned, bad_signature, copied or undecodable.
+func RejectReason(err error) string {
+	switch {
+	case errors.Is(err, staging.ErrUnsigned):
+		return "unsigned"
+	case errors.Is(err, staging.ErrBadSignature):
+		return "bad_signature"
+	case errors.Is(err, errCopied):
+		return "copied"
+	}
+	return "undecodable"
 }
 
 // EndOffsets returns the end offset (high watermark) of every partition of

@@ -364,3 +364,32 @@ func FuzzResolver(f *testing.F) {
 		}
 	})
 }
+
+// TestResolverTrustsOnlySignedRecords: with a key, an unsigned record, one
+// signed with another key and a signed one copied into another producer's
+// batch are reported and never staged or resolved; a signed one is.
+func TestResolverTrustsOnlySignedRecords(t *testing.T) {
+	key := staging.DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
+	var got []Resolution
+	var rejected []string
+	r := newResolver("", func(res Resolution) { got = append(got, res) })
+	r.key = key
+	r.onRejected = func(_ int32, _ int64, reason string) { rejected = append(rejected, reason) }
+	signed := func(off, pid int64, epoch int16, k []byte, batchPID int64) logRecord {
+		sr := &staging.ShadowRecord{ProxyID: proxyID, ProducerID: pid, ProducerEpoch: epoch,
+			Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{Batches: []staging.ShadowBatch{
+				{FirstOffset: off, LastOffset: off, AcknowledgeTypes: []int8{1}}}}}}}}
+		return logRecord{partition: 0, offset: off, producerID: batchPID, producerEpoch: epoch, transactional: true, value: sr.AppendSigned(nil, k)}
+	}
+	r.handle(shadowRec(t, 0, 1, 7, 0, proxyID, 1))                                                    // unsigned
+	r.handle(signed(2, 7, 0, staging.DeriveShadowKey([]byte("not the key, but long enough....")), 7)) // other key
+	r.handle(signed(3, 8, 0, key, 7))                                                                 // copied into pid 7's batch
+	r.handle(signed(4, 7, 0, key, 7))                                                                 // good
+	r.handle(marker(0, 5, 7, 0, true))
+	if fmt.Sprint(rejected) != "[unsigned bad_signature copied]" {
+		t.Fatalf("rejected %v", rejected)
+	}
+	if len(got) != 1 || tag(got[0]) != 4 || !got[0].Commit {
+		t.Fatalf("resolved %+v, want only the signed record at 4", got)
+	}
+}

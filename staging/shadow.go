@@ -5,6 +5,8 @@
 package staging
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,13 +42,24 @@ import (
 //	      last_offset      int64
 //	      acknowledge_types  array of int8   (one for the whole range, or one per offset)
 //
-// A later version keeps the magic and the version byte in place; a version 1
+// # Version 2: signed
+//
+// Version 2 is version 1's fields followed by
+//
+//	mac              [32]byte HMAC-SHA256, under the shadow key, of every byte before it
+//
+// Only sharetx processes hold the shadow key (docs/operations.md), so a record
+// a principal with WRITE on the shadow topic wrote itself does not verify and
+// changes nothing (VerifyShadowRecord). sharetx writes version 2 and trusts
+// only version 2 records that verify.
+//
+// A later version keeps the magic and the version byte in place; this
 // decoder answers ErrUnsupportedVersion for it.
 //
 // The record key is null. The producer id and epoch in the value are
 // informational: the tailer resolves by the ones of the record batch.
 type ShadowRecord struct {
-	Version         int8   // 1
+	Version         int8   // 1 or 2 (signed)
 	ProxyID         string // which sharetx process staged it
 	TransactionalID string
 	ProducerID      int64
@@ -75,8 +88,13 @@ type ShadowBatch struct {
 	AcknowledgeTypes        []int8
 }
 
-// ShadowVersion is the version this package writes.
-const ShadowVersion int8 = 1
+// ShadowVersion is the version of an unsigned record (AppendTo);
+// SignedShadowVersion the version AppendSigned writes.
+const (
+	ShadowVersion       int8 = 1
+	SignedShadowVersion int8 = 2
+	macLen                   = sha256.Size
+)
 
 // shadowMagic starts every shadow record value.
 var shadowMagic = [4]byte{'S', 'T', 'X', 'R'}
@@ -87,7 +105,45 @@ var (
 	ErrUnsupportedVersion = errors.New("staging: unsupported shadow record version")
 	ErrTruncated          = errors.New("staging: shadow record truncated or a length exceeds the bytes left")
 	ErrTrailingBytes      = errors.New("staging: trailing bytes after shadow record")
+	ErrUnsigned           = errors.New("staging: shadow record is not signed (version 1)")
+	ErrBadSignature       = errors.New("staging: shadow record signature does not verify under this proxy's shadow key")
 )
+
+// DeriveShadowKey turns a secret every sharetx process of a cluster shares
+// (the shadow key file, or the proxy's own upstream credentials) into the
+// key that signs shadow records.
+func DeriveShadowKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("sharetx shadow record key v1"))
+	return m.Sum(nil)
+}
+
+// AppendSigned appends the version 2 encoding of r, signed with key, to dst.
+func (r *ShadowRecord) AppendSigned(dst []byte, key []byte) []byte {
+	start := len(dst)
+	dst = r.appendFields(dst, SignedShadowVersion)
+	m := hmac.New(sha256.New, key)
+	m.Write(dst[start:])
+	return m.Sum(dst)
+}
+
+// VerifyShadowRecord decodes b and checks that it is a version 2 record
+// signed with key.
+func VerifyShadowRecord(b []byte, key []byte) (*ShadowRecord, error) {
+	rec, err := DecodeShadowRecord(b)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Version != SignedShadowVersion {
+		return nil, ErrUnsigned
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(b[:len(b)-macLen])
+	if !hmac.Equal(m.Sum(nil), b[len(b)-macLen:]) {
+		return nil, ErrBadSignature
+	}
+	return rec, nil
+}
 
 // IsShadowRecord reports whether value starts with the shadow record magic.
 // It does not validate the rest.
@@ -95,13 +151,13 @@ func IsShadowRecord(value []byte) bool {
 	return len(value) >= len(shadowMagic) && [4]byte(value[:4]) == shadowMagic
 }
 
-// AppendTo appends the encoding of r to dst and returns it. A zero Version is
-// written as ShadowVersion.
+// AppendTo appends the unsigned (version 1) encoding of r to dst and
+// returns it; sharetx writes AppendSigned's.
 func (r *ShadowRecord) AppendTo(dst []byte) []byte {
-	v := r.Version
-	if v == 0 {
-		v = ShadowVersion
-	}
+	return r.appendFields(dst, ShadowVersion)
+}
+
+func (r *ShadowRecord) appendFields(dst []byte, v int8) []byte {
 	be := binary.BigEndian
 	dst = append(dst, shadowMagic[:]...)
 	dst = append(dst, byte(v))
@@ -238,7 +294,7 @@ func DecodeShadowRecord(b []byte) (*ShadowRecord, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	if rec.Version != ShadowVersion {
+	if rec.Version != ShadowVersion && rec.Version != SignedShadowVersion {
 		return nil, fmt.Errorf("%w: %d", ErrUnsupportedVersion, rec.Version)
 	}
 	rec.ProxyID = r.str()
@@ -281,6 +337,9 @@ func DecodeShadowRecord(b []byte) (*ShadowRecord, error) {
 				}
 			}
 		}
+	}
+	if rec.Version == SignedShadowVersion {
+		r.take(macLen)
 	}
 	if r.err != nil {
 		return nil, r.err

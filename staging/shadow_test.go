@@ -83,7 +83,7 @@ func TestShadowDecodeErrors(t *testing.T) {
 		t.Fatalf("magic: %v", err)
 	}
 	bad = bytes.Clone(enc)
-	bad[4] = 2
+	bad[4] = 3
 	if _, err := DecodeShadowRecord(bad); !errors.Is(err, ErrUnsupportedVersion) {
 		t.Fatalf("version: %v", err)
 	}
@@ -182,4 +182,37 @@ func FuzzDecodeShadowRecord(f *testing.F) {
 			t.Fatalf("re-encode differs:\n in %x\nout %x", in, out)
 		}
 	})
+}
+
+// TestSignedRecordsVerifyOnlyUnderTheirKey: a version 2 record verifies
+// under the key it was signed with and under no other; a tampered byte, a
+// version 1 record and a truncated one do not verify.
+func TestSignedRecordsVerifyOnlyUnderTheirKey(t *testing.T) {
+	key := DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
+	other := DeriveShadowKey([]byte("another secret, as long as it is"))
+	rec := sampleRecord()
+	enc := rec.AppendSigned(nil, key)
+	got, err := VerifyShadowRecord(enc, key)
+	if err != nil {
+		t.Fatalf("own key: %v", err)
+	}
+	if got.Version != SignedShadowVersion || got.TransactionalID != rec.TransactionalID || len(got.Topics) != len(rec.Topics) {
+		t.Fatalf("decoded %+v", got)
+	}
+	if _, err := VerifyShadowRecord(enc, other); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("another key: %v, want ErrBadSignature", err)
+	}
+	for i := 5; i < len(enc); i += 7 { // past magic and version
+		bad := append([]byte(nil), enc...)
+		bad[i] ^= 1
+		if _, err := VerifyShadowRecord(bad, key); err == nil {
+			t.Fatalf("byte %d flipped: verified", i)
+		}
+	}
+	if _, err := VerifyShadowRecord(rec.AppendTo(nil), key); !errors.Is(err, ErrUnsigned) {
+		t.Fatalf("version 1: %v, want ErrUnsigned", err)
+	}
+	if _, err := VerifyShadowRecord(enc[:len(enc)-1], key); err == nil {
+		t.Fatal("truncated MAC verified")
+	}
 }

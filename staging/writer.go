@@ -83,6 +83,10 @@ type Writer struct {
 	seqs      map[seqKey]*seqState
 	lastPrune time.Time
 
+	// key signs every record (AppendSigned); nil writes unsigned version
+	// 1 records, which no sharetx process trusts (tests only).
+	key []byte
+
 	// fresh: per producer id, the newest epoch this process saw the
 	// coordinator hand out (MarkFresh). No batch of such an epoch can
 	// predate this process, so its first write starts at sequence 0
@@ -152,6 +156,10 @@ func NewWriter(cl *kgo.Client, topic string) *Writer {
 		seqs:      make(map[seqKey]*seqState),
 	}
 }
+
+// SetKey sets the shadow key the Writer signs records with. Call it before
+// the first Write.
+func (w *Writer) SetKey(key []byte) { w.key = append([]byte(nil), key...) }
 
 // Topic returns the shadow topic name.
 func (w *Writer) Topic() string { return w.topic }
@@ -283,7 +291,12 @@ func (w *Writer) Write(ctx context.Context, txnID string, producerID int64, epoc
 	if err := rec.Validate(); err != nil {
 		return -1, werr(err, "")
 	}
-	value := rec.AppendTo(nil)
+	var value []byte
+	if w.key != nil {
+		value = rec.AppendSigned(nil, w.key)
+	} else {
+		value = rec.AppendTo(nil)
+	}
 
 	s := w.state(producerID, p)
 	s.mu.Lock()
