@@ -55,6 +55,15 @@ type KIP1289 struct {
 	ClientAcks string `yaml:"client_acks"`
 	// ProxyID names this process in the shadow records; empty: host-pid.
 	ProxyID string `yaml:"proxy_id"`
+	// ShadowKeyFile holds the secret (at least 32 bytes) every sharetx
+	// process of the cluster shares; shadow records are signed with a key
+	// derived from it, and records that do not verify change nothing.
+	// Empty: derived from the proxy's own upstream credentials.
+	ShadowKeyFile string `yaml:"shadow_key_file"`
+	// MaxOffsetsPerCall bounds the offsets one TxnShareAcknowledge may
+	// stage; MaxPartitionsPerCall the partitions it may name.
+	MaxOffsetsPerCall    int `yaml:"max_offsets_per_call"`
+	MaxPartitionsPerCall int `yaml:"max_partitions_per_call"`
 	// CloseHold bounds how long a member's share session is kept open after
 	// the client closed it (or its connection) while acknowledgements are
 	// staged or committed and not yet applied. Match the producers'
@@ -202,6 +211,9 @@ func Default() Config {
 			ClientAcks:        "absorb",
 			CloseHold:         time.Minute,
 			RecoveryLookback:  time.Hour,
+
+			MaxOffsetsPerCall:    100000,
+			MaxPartitionsPerCall: 1000,
 		},
 	}
 }
@@ -501,6 +513,21 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.CloseHold < 0 {
 		return errorf("kip1289.close_hold", "must not be negative (0: do not hold)")
+	}
+	if c.KIP1289.MaxOffsetsPerCall < 1 || c.KIP1289.MaxOffsetsPerCall > 1<<24 {
+		return errorf("kip1289.max_offsets_per_call", "%d is outside 1..16777216", c.KIP1289.MaxOffsetsPerCall)
+	}
+	if c.KIP1289.MaxPartitionsPerCall < 1 || c.KIP1289.MaxPartitionsPerCall > 100000 {
+		return errorf("kip1289.max_partitions_per_call", "%d is outside 1..100000", c.KIP1289.MaxPartitionsPerCall)
+	}
+	if f := c.KIP1289.ShadowKeyFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return errorf("kip1289.shadow_key_file", "cannot read it: %v", err)
+		}
+		if len(bytes.TrimSpace(b)) < 32 {
+			return errorf("kip1289.shadow_key_file", "%s holds %d bytes; the shared secret needs at least 32 (e.g. `head -c 48 /dev/urandom | base64 > %s`)", f, len(bytes.TrimSpace(b)), f)
+		}
 	}
 	if c.KIP1289.RecoveryLookback <= 0 {
 		return errorf("kip1289.recovery_lookback", "must be positive (e.g. 1h): a proxy needs the shadow topic's recent records to screen redelivered records")

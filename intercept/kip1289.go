@@ -59,6 +59,8 @@ type KIP1289 struct {
 	staged   map[[2]int64]*stagedCall     // shadow partition, offset
 	pending  int                          // offsets STAGING..COMMITTED
 
+	lastRejectLog time.Time // rate-limits the warning about untrusted shadow records
+
 	// Restart recovery and redelivery (recovery.go).
 	known         map[partKey][]*knownRange
 	knownAt       map[[2]int64][]knownRef    // shadow location → its ranges
@@ -90,18 +92,19 @@ func (e *KIP1289) SetSideChannel(fn func(ctx context.Context, node int32, req km
 }
 
 type kipMetrics struct {
-	pending       prometheus.Gauge
-	calls         *prometheus.CounterVec
-	markers       *prometheus.CounterVec
-	applyLatency  prometheus.Histogram
-	applyFailures *prometheus.CounterVec
-	absorbed      prometheus.Counter
-	epochErrors   prometheus.Counter
-	renewals      *prometheus.CounterVec
-	known         prometheus.Gauge
-	redelivered   *prometheus.CounterVec
-	canRenew      prometheus.Gauge
-	released      prometheus.Counter
+	pending        prometheus.Gauge
+	calls          *prometheus.CounterVec
+	markers        *prometheus.CounterVec
+	applyLatency   prometheus.Histogram
+	applyFailures  *prometheus.CounterVec
+	absorbed       prometheus.Counter
+	epochErrors    prometheus.Counter
+	renewals       *prometheus.CounterVec
+	known          prometheus.Gauge
+	redelivered    *prometheus.CounterVec
+	canRenew       prometheus.Gauge
+	released       prometheus.Counter
+	shadowRejected *prometheus.CounterVec
 }
 
 // session is a member's share session on one broker, as the proxy
@@ -119,6 +122,13 @@ type session struct {
 // NewKIP1289 builds the engine. writer may be nil until the shadow topic is
 // ready (SetWriter).
 func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer) *KIP1289 {
+	def := configs.Default().KIP1289
+	if cfg.MaxOffsetsPerCall <= 0 {
+		cfg.MaxOffsetsPerCall = def.MaxOffsetsPerCall
+	}
+	if cfg.MaxPartitionsPerCall <= 0 {
+		cfg.MaxPartitionsPerCall = def.MaxPartitionsPerCall
+	}
 	id := cfg.ProxyID
 	if id == "" {
 		host, _ := os.Hostname()
@@ -169,11 +179,14 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "1 when the cluster speaks ShareAcknowledge v2 (RENEW, Kafka 4.2+), so staged records' locks are kept alive; 0 when a transaction must end within the acquisition lock duration."})
 	released := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "aborted_records_released_total",
 		Help: "Records of aborted transactions the proxy released upstream at once (AVAILABLE for redelivery), as a broker with KIP-1289 does."})
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_records_rejected_total",
+		Help: "Shadow records read from the shadow topic and ignored, by reason: unsigned, bad_signature, copied (a signed record in another producer's batch), undecodable, implausible_range. Anything above 0 means someone other than sharetx writes the shadow topic."}, []string{"reason"})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered, canRenew, released)
+		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered, canRenew, released, rejected)
 	}
 	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed,
-		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered, canRenew: canRenew, released: released}
+		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered, canRenew: canRenew, released: released,
+		shadowRejected: rejected}
 	go e.renewLoop()
 	return e
 }

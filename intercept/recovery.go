@@ -106,6 +106,10 @@ func (e *KIP1289) learnLocked(loc [2]int64, rec *staging.ShadowRecord) {
 	if _, ok := e.knownAt[loc]; ok || e.resolvedLocs[loc] {
 		return
 	}
+	if reason := e.implausible(rec); reason != "" {
+		e.rejectShadowLocked(int32(loc[0]), loc[1], "implausible_range", reason)
+		return
+	}
 	var refs []knownRef
 	for _, t := range rec.Topics {
 		for _, p := range t.Partitions {
@@ -122,6 +126,48 @@ func (e *KIP1289) learnLocked(loc [2]int64, rec *staging.ShadowRecord) {
 	}
 	e.knownAt[loc] = refs
 	e.m.known.Set(float64(len(e.knownAt)))
+}
+
+// implausible says why rec could not have been staged by a sharetx process
+// with this one's limits (defence in depth behind the signature): more
+// partitions or offsets than one call may stage, or a malformed range.
+func (e *KIP1289) implausible(rec *staging.ShadowRecord) string {
+	parts, offs := 0, int64(0)
+	for _, t := range rec.Topics {
+		for _, p := range t.Partitions {
+			parts++
+			for _, b := range p.Batches {
+				if b.FirstOffset < 0 || b.FirstOffset > b.LastOffset || (len(b.AcknowledgeTypes) != 1 && int64(len(b.AcknowledgeTypes)) != b.LastOffset-b.FirstOffset+1) {
+					return "a malformed range"
+				}
+				offs += b.LastOffset - b.FirstOffset + 1
+				if offs > int64(e.cfg.MaxOffsetsPerCall) {
+					return fmt.Sprintf("more than kip1289.max_offsets_per_call=%d offsets", e.cfg.MaxOffsetsPerCall)
+				}
+			}
+		}
+	}
+	if parts > e.cfg.MaxPartitionsPerCall {
+		return fmt.Sprintf("more than kip1289.max_partitions_per_call=%d partitions", e.cfg.MaxPartitionsPerCall)
+	}
+	return ""
+}
+
+// RejectShadow counts a shadow record the tailer did not trust (reason: see
+// markers.RejectReason); it changed nothing.
+func (e *KIP1289) RejectShadow(partition int32, offset int64, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rejectShadowLocked(partition, offset, reason, "")
+}
+
+func (e *KIP1289) rejectShadowLocked(partition int32, offset int64, reason, detail string) {
+	e.m.shadowRejected.WithLabelValues(reason).Inc()
+	if now := time.Now(); now.Sub(e.lastRejectLog) > time.Minute {
+		e.lastRejectLog = now
+		e.log.Warn("ignored a shadow record sharetx did not write (or could not have staged); someone other than sharetx can write the shadow topic: restrict WRITE on it to sharetx's principal (docs/operations.md)",
+			"partition", partition, "offset", offset, "reason", reason, "detail", detail)
+	}
 }
 
 // resolveKnown applies a transaction's end to the known ranges of the

@@ -1,13 +1,16 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/markers"
 	"github.com/sharetx/sharetx/staging"
@@ -28,7 +31,16 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		return nil
 	}
 	cfg := s.cfg.KIP1289
+	key, keySource, err := shadowKey(s.cfg)
+	if err != nil {
+		return err
+	}
+	s.log.Info("shadow records are signed and verified", "key_from", keySource)
+	if keySource == "fixed" {
+		s.log.Warn("the shadow key is the fixed one of clusters without authentication: anyone who can write the shadow topic can stage acknowledgements. Set kip1289.shadow_key_file (the same secret on every sidecar) on a cluster with ACLs")
+	}
 	w := staging.NewWriter(cl.Client, cfg.ShadowTopic)
+	w.SetKey(key)
 	n, err := w.EnsureTopic(ctx, int32(cfg.ShadowPartitions), int16(cfg.ShadowReplication))
 	if err != nil {
 		return fmt.Errorf("shadow topic %s: %w (the proxy's principal needs CREATE on it, or create it yourself)", cfg.ShadowTopic, err)
@@ -47,6 +59,10 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	t, err := markers.Start(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), cfg.ShadowTopic, start, markers.Handlers{
 		OnStaged:  func(st markers.Staged) { kip.OnShadowRecord(st.Partition, st.Offset, st.Record) },
 		OnResolve: func(r markers.Resolution) { kip.Resolve(r.Partition, r.Offset, r.Commit) },
+		Key:       key,
+		OnRejected: func(p int32, o int64, reason string) {
+			kip.RejectShadow(p, o, reason)
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("tailing shadow topic %s: %w", cfg.ShadowTopic, err)
@@ -96,6 +112,33 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		}
 	}()
 	return nil
+}
+
+// shadowKey returns the key shadow records are signed with, and where it
+// came from: the shared secret of kip1289.shadow_key_file; else the proxy's
+// own upstream SASL password or TLS client key, secrets of sharetx's
+// principal that applications do not hold (every sidecar of a cluster uses
+// the same principal); else, on a cluster without authentication, a fixed
+// key (there any client may write anything anyway).
+func shadowKey(cfg configs.Config) ([]byte, string, error) {
+	if f := cfg.KIP1289.ShadowKeyFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, "", &configs.Error{Key: "kip1289.shadow_key_file", Msg: err.Error()}
+		}
+		return staging.DeriveShadowKey(bytes.TrimSpace(b)), "shadow_key_file", nil
+	}
+	if pw := cfg.Upstream.SASL.Password; pw != "" {
+		return staging.DeriveShadowKey([]byte("sasl:" + cfg.Upstream.SASL.Username + ":" + pw)), "upstream.sasl", nil
+	}
+	if f := cfg.Upstream.TLS.KeyFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, "", &configs.Error{Key: "upstream.tls.key_file", Msg: err.Error()}
+		}
+		return staging.DeriveShadowKey(append([]byte("tls:"), b...)), "upstream.tls.key_file", nil
+	}
+	return staging.DeriveShadowKey([]byte("sharetx: a cluster without authentication")), "fixed", nil
 }
 
 // shareStartOffsets describes the share-partition start offsets of groups.
