@@ -407,7 +407,7 @@ func (c *conn) answerLocally(h RequestHeader) []byte {
 func (c *conn) readUpstream() {
 	r := bufio.NewReaderSize(c.up, 64<<10)
 	for {
-		frame, err := ReadFrame(r, c.s.cfg.Limits.MaxFrameBytes)
+		frame, err := readResponseFrame(r, c.s.cfg.Limits.MaxFrameBytes)
 		if err == nil && len(frame) < 8 {
 			err = ErrFrameTooSmall
 		}

@@ -20,7 +20,30 @@ var (
 // ReadFrame reads one size-prefixed Kafka frame. The returned slice holds the
 // 4-byte size prefix too, so the frame can be written on with one Write. Its
 // buffer may come from the frame pool (putFrameBuf returns it there).
+//
+// The buffer grows with the bytes that actually arrive, not with the size the
+// peer announced: a frame up to frameGrowFrom bytes gets its buffer at once; a
+// larger one starts there and doubles as it fills, so a peer that sends only a
+// size prefix of limits.max_frame_bytes holds frameGrowFrom bytes, and one that
+// sent n bytes of a frame at most 2n (the final buffer is the pool class of the
+// whole frame, as for a small one). Requests from clients are read so.
 func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
+	return readFrame(r, maxBytes, frameGrowFrom)
+}
+
+// readResponseFrame reads a frame from an upstream broker, whose announced
+// size is backed by the data it is sending (a fetch response of many MiB is
+// common): its buffer is allocated whole at once, saving the copies of
+// growing it.
+func readResponseFrame(r io.Reader, maxBytes int) ([]byte, error) {
+	return readFrame(r, maxBytes, maxBytes+4)
+}
+
+// frameGrowFrom is the most ReadFrame reserves ahead of the bytes it has: as
+// much as a connection's bufio reader holds.
+const frameGrowFrom = 64 << 10
+
+func readFrame(r io.Reader, maxBytes, growFrom int) ([]byte, error) {
 	var size [4]byte
 	if _, err := io.ReadFull(r, size[:]); err != nil {
 		return nil, err
@@ -29,15 +52,33 @@ func ReadFrame(r io.Reader, maxBytes int) ([]byte, error) {
 	if n < 0 || int(n) > maxBytes {
 		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, uint32(n))
 	}
-	buf := getFrameBuf(4 + int(n))
+	total := 4 + int(n)
+	buf := getFrameBuf(min(total, max(growFrom, 4)))
 	copy(buf, size[:])
-	if _, err := io.ReadFull(r, buf[4:]); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	filled := 4
+	for {
+		if _, err := io.ReadFull(r, buf[filled:]); err != nil {
+			putFrameBuf(buf)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
 		}
-		return nil, err
+		filled = len(buf)
+		if filled == total {
+			return buf, nil
+		}
+		// Full and the frame goes on: double it (the bytes so far arrived).
+		grow := min(total, 2*filled)
+		if grow <= cap(buf) {
+			buf = buf[:grow]
+			continue
+		}
+		next := getFrameBuf(grow)
+		copy(next, buf)
+		putFrameBuf(buf)
+		buf = next
 	}
-	return buf, nil
 }
 
 // RequestHeader is the part of a request header the proxy reads. Offsets

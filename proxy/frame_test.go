@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
+	"testing/iotest"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -108,23 +110,102 @@ func TestResponseBodyOffset(t *testing.T) {
 }
 
 // FuzzReadFrame: any byte stream gives frames or an error, never a panic or
-// an allocation past the limit.
+// an allocation past the limit; the frames are the stream's bytes, whether
+// they fit the first buffer or it had to grow (growing from 16 bytes here).
 func FuzzReadFrame(f *testing.F) {
 	f.Add(frameOf(kmsg.NewPtrMetadataRequest(), 1, "c"))
 	f.Add([]byte{0, 0, 0, 1, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add(append([]byte{0, 0, 0, 40}, bytes.Repeat([]byte{7}, 50)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r := bytes.NewReader(b)
-		for {
-			fr, err := ReadFrame(r, 4096)
-			if err != nil {
-				return
-			}
-			if len(fr) > 4096+4 {
-				t.Fatalf("frame of %d bytes past the 4096 limit", len(fr))
+		for _, growFrom := range []int{frameGrowFrom, 16} {
+			r := bytes.NewReader(b)
+			off := 0
+			for {
+				fr, err := readFrame(iotest.HalfReader(r), 4096, growFrom)
+				if err != nil {
+					break
+				}
+				if len(fr) > 4096+4 {
+					t.Fatalf("frame of %d bytes past the 4096 limit", len(fr))
+				}
+				if want := b[off : off+len(fr)]; !bytes.Equal(fr, want) || int(binary.BigEndian.Uint32(fr)) != len(fr)-4 {
+					t.Fatalf("frame %x is not the stream's %x", fr, want)
+				}
+				off += len(fr)
 			}
 		}
 	})
+}
+
+// allocatedBy returns the bytes fn allocated (the whole process's, so other
+// goroutines add a little noise).
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A peer that announces a frame of limits.max_frame_bytes and sends nothing
+// more (or a part of it) makes ReadFrame allocate about what it sent, not
+// what it announced: a thousand connections sending just a size prefix used
+// to reserve 100 GiB.
+func TestReadFrameReservesWhatArrives(t *testing.T) {
+	const announced = 100 << 20
+	prefix := binary.BigEndian.AppendUint32(nil, announced)
+	for _, tc := range []struct {
+		sent, maxAlloc int
+	}{
+		{0, 1 << 20},          // the size prefix only: one first buffer
+		{3 << 20, 12 << 20},   // 3 MiB of it: doubling buffers up to 4 MiB
+		{40 << 20, 160 << 20}, // 40 MiB: still not the announced 100
+	} {
+		stream := append(append([]byte(nil), prefix...), make([]byte, tc.sent)...)
+		var err error
+		got := allocatedBy(func() { _, err = ReadFrame(bytes.NewReader(stream), announced) })
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("sent %d bytes: %v, want ErrUnexpectedEOF", tc.sent, err)
+		}
+		if got > uint64(tc.maxAlloc) {
+			t.Errorf("a frame announcing %d bytes of which %d arrived allocated %d bytes, want at most %d",
+				announced, tc.sent, got, tc.maxAlloc)
+		}
+	}
+}
+
+// A frame larger than the first buffer arrives whole and intact, in a buffer
+// of its pool class, however the reader splits it.
+func TestReadFrameGrows(t *testing.T) {
+	for _, n := range []int{frameGrowFrom - 4, frameGrowFrom - 3, frameGrowFrom, 300 << 10, 1 << 20, 17 << 20} {
+		f := make([]byte, 4+n)
+		binary.BigEndian.PutUint32(f, uint32(n))
+		for i := 4; i < len(f); i++ {
+			f[i] = byte(i * 7)
+		}
+		readers := map[string]io.Reader{
+			"whole": bytes.NewReader(f),
+			"half":  iotest.HalfReader(bytes.NewReader(f)),
+		}
+		if n <= 300<<10 {
+			readers["one byte at a time"] = iotest.OneByteReader(bytes.NewReader(f))
+		}
+		for name, r := range readers {
+			got, err := ReadFrame(r, 32<<20)
+			if err != nil {
+				t.Fatalf("%d bytes, %s: %v", n, name, err)
+			}
+			if !bytes.Equal(got, f) {
+				t.Fatalf("%d bytes, %s: frame differs", n, name)
+			}
+			if c := cap(getFrameBuf(len(f))); cap(got) != c {
+				t.Errorf("%d bytes, %s: buffer of capacity %d, want the pool class %d", n, name, cap(got), c)
+			}
+			putFrameBuf(got)
+		}
+	}
 }
 
 // FuzzParseRequestHeader: any frame parses or errors; BodyOffset never
