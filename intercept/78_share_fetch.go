@@ -17,6 +17,23 @@ type shareState struct {
 	node          int32
 	group, member string
 	held          map[[16]byte]map[int32]bool
+	plans         []*ackPlan // applied once the broker accepted the acknowledgements
+}
+
+// applyPlans applies the plans of the partitions whose acknowledgement the
+// broker accepted (the response's top-level code is 0): a plan whose
+// offsets were all held back needs only that; one that went upstream needs
+// its partition in the response with code 0 (codeOf: the partition's
+// acknowledgement code, false if absent).
+func (e *KIP1289) applyPlans(st *shareState, codeOf func(topic [16]byte, part int32) (int16, bool)) {
+	for _, p := range st.plans {
+		if !p.allHeld {
+			if code, ok := codeOf(p.topic, p.part); !ok || code != 0 {
+				continue
+			}
+		}
+		e.applyAckPlan(p)
+	}
 }
 
 func (s *shareState) hold(topic [16]byte, partition int32) {
@@ -126,7 +143,10 @@ func init() {
 				for i, b := range p.AcknowledgementBatches {
 					in[i] = ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}
 				}
-				out, held := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+				out, held, plan := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+				if plan != nil {
+					st.plans = append(st.plans, plan)
+				}
 				if held == 0 {
 					continue
 				}
@@ -154,6 +174,16 @@ func init() {
 		if !ok || env.KIP == nil || resp.ErrorCode != 0 {
 			return changed
 		}
+		env.KIP.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {
+			for _, t := range resp.Topics {
+				for _, rp := range t.Partitions {
+					if t.TopicID == topic && rp.Partition == part {
+						return rp.AcknowledgeErrorCode, true
+					}
+				}
+			}
+			return 0, false
+		})
 		lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
 		if lock <= 0 {
 			lock = 30 * time.Second

@@ -34,7 +34,10 @@ func init() {
 					for i, b := range p.AcknowledgementBatches {
 						in[i] = ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}
 					}
-					out, held := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+					out, held, plan := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+					if plan != nil {
+						st.plans = append(st.plans, plan)
+					}
 					if held > 0 {
 						changed = true
 						st.hold(t.TopicID, p.Partition)
@@ -70,11 +73,29 @@ func init() {
 		}
 		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareAcknowledge")
 		st, ok := state.(*shareState)
-		if !ok || env.KIP == nil || len(st.held) == 0 || resp.ErrorCode != 0 {
+		if !ok || env.KIP == nil || resp.ErrorCode != 0 {
+			return changed
+		}
+		env.KIP.applyPlans(st, ackCodes(resp))
+		if len(st.held) == 0 {
 			return changed
 		}
 		return addHeldPartitions(resp, st, env.KIP.cfg.ClientAcks == "reject") || changed
 	})
+}
+
+// ackCodes looks up a partition's code in a ShareAcknowledge response.
+func ackCodes(resp *kmsg.ShareAcknowledgeResponse) func([16]byte, int32) (int16, bool) {
+	return func(topic [16]byte, part int32) (int16, bool) {
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				if t.TopicID == topic && rp.Partition == part {
+					return rp.ErrorCode, true
+				}
+			}
+		}
+		return 0, false
+	}
 }
 
 // addHeldPartitions gives every partition whose acks the proxy held back an
@@ -155,6 +176,9 @@ func (e *KIP1289) holdClose(r *Request, st *shareState, req *kmsg.ShareAcknowled
 			return fail(err)
 		}
 		resp := out.(*kmsg.ShareAcknowledgeResponse)
+		if resp.ErrorCode == 0 {
+			e.applyPlans(st, ackCodes(resp))
+		}
 		addHeldPartitions(resp, st, e.cfg.ClientAcks == "reject")
 		return resp
 	}}

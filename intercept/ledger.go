@@ -167,6 +167,53 @@ func (ps *partState) settle(first, last int64) {
 	}
 }
 
+// settleMember removes the ranges rs (any order) from member's acquisition
+// ranges: the broker accepted member's acknowledgement of them. Another
+// member's acquisitions of the same offsets stand.
+func (ps *partState) settleMember(rs []ackRange, member string) {
+	if len(ps.acq) == 0 || len(rs) == 0 {
+		return
+	}
+	iv := make([]interval, 0, len(rs))
+	for _, r := range rs {
+		if r.first <= r.last {
+			iv = append(iv, interval{r.first, r.last})
+		}
+	}
+	iv = mergeIntervals(iv)
+	out := ps.acq[:0:0]
+	changed := false
+	for _, a := range ps.acq {
+		if a.member != member {
+			out = append(out, a)
+			continue
+		}
+		i := sort.Search(len(iv), func(i int) bool { return iv[i].last >= a.first })
+		if i == len(iv) || iv[i].first > a.last {
+			out = append(out, a)
+			continue
+		}
+		changed = true
+		next := a.first
+		for ; i < len(iv) && iv[i].first <= a.last; i++ {
+			if iv[i].first > next {
+				lo := a
+				lo.first, lo.last = next, iv[i].first-1
+				out = append(out, lo)
+			}
+			next = max(next, iv[i].last+1)
+		}
+		if next <= a.last {
+			hi := a
+			hi.first = next
+			out = append(out, hi)
+		}
+	}
+	if changed {
+		ps.acq = out
+	}
+}
+
 // pruneAcq drops acquisition ranges whose lock expired more than grace
 // ago (the records were redelivered or acked without the proxy seeing it).
 func (ps *partState) pruneAcq(now time.Time, grace time.Duration) {

@@ -190,7 +190,7 @@ func TestClientAcksHeldBack(t *testing.T) {
 	if call == nil {
 		t.Fatal("not staged")
 	}
-	out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
+	out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
 	if held != 3 {
 		t.Fatalf("held %d, want 3", held)
 	}
@@ -223,7 +223,7 @@ func TestAcquisitionRanges(t *testing.T) {
 		t.Fatalf("one fetch of 100 records: %d entries, %d ranges; want 0 and 1", len(ps.offsets), len(ps.acq))
 	}
 	// The client acks 10-19 and 50: split into [0,9] [20,49] [51,99].
-	out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
+	out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
 	if held != 0 || len(out) != 2 {
 		t.Fatalf("plain acks: held %d, out %+v", held, out)
 	}
@@ -257,12 +257,18 @@ func TestAcquisitionRanges(t *testing.T) {
 		t.Fatalf("offset 27 after a redelivery to m2: %+v", st)
 	}
 	// A client ack of a held offset is held back, and the rest settle.
-	out, held = e.filterClientAcks("g", "m1", topic, 0, []ackRange{{20, 29, []int8{1}}})
+	out, held = ackAccepted(e, "g", "m1", topic, 0, []ackRange{{20, 29, []int8{1}}})
 	if held != 5 || len(out) != 1 || out[0].first != 25 || out[0].last != 29 {
 		t.Fatalf("acks over held offsets: held %d, out %+v", held, out)
 	}
+	// 25-29 are m2's now: m1's ack of them (the broker refuses it) leaves
+	// them m2's; m2's own ack settles them.
+	if st := ps.get(27); st == nil || st.member != "m2" {
+		t.Fatalf("offset 27 after another member acked it: %+v, want still m2's", st)
+	}
+	ackAccepted(e, "g", "m2", topic, 0, []ackRange{{25, 29, []int8{1}}})
 	if st := ps.get(27); st != nil {
-		t.Fatalf("offset 27 still acquired after the client acked it: %+v", st)
+		t.Fatalf("offset 27 still acquired after m2 acked it: %+v", st)
 	}
 	// Pruning: ranges whose lock expired a minute ago go.
 	e.Prune(time.Now().Add(3 * time.Minute))
@@ -305,7 +311,7 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 		t.Fatal("valid call refused")
 	}
 	// While staged, the client acknowledged offset 4 itself (absorbed).
-	if out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{4, 4, []int8{1}}}); held != 1 || len(out) != 0 {
+	if out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{4, 4, []int8{1}}}); held != 1 || len(out) != 0 {
 		t.Fatalf("ack of a staged offset: held %d, out %+v", held, out)
 	}
 	e.abortCall(call)
@@ -319,18 +325,18 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 		t.Fatalf("owed %v, pending %d; want offsets 0-3 owed (4 was acked while staged), nothing pending", ps.owed, e.pending)
 	}
 	// Another member's ack of those offsets is its own delivery's.
-	if out, held := e.filterClientAcks("g", "m2", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
+	if out, held := ackAccepted(e, "g", "m2", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
 		t.Fatalf("another member's ack: held %d, out %+v", held, out)
 	}
 	// The member's implicit ACCEPT of its whole poll: 0-3 absorbed, 4-9
 	// upstream (4 was settled while staged; 5-9 are plain acquisitions).
-	out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
+	out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
 	if held != 4 || len(out) != 1 || out[0].first != 4 || out[0].last != 9 {
 		t.Fatalf("the member's ack after the abort: held %d, out %+v", held, out)
 	}
 	// A later ack of offset 0 by the member is of a redelivery: upstream.
 	e.acquired(0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
-	if out, held := e.filterClientAcks("g", "m1", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
+	if out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
 		t.Fatalf("ack of the redelivery: held %d, out %+v", held, out)
 	}
 	// Owed acks expire.
@@ -339,4 +345,14 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 	if _, ok := ps.owed[20]; ok {
 		t.Fatal("an expired owed ack survived Prune")
 	}
+}
+
+// ackAccepted is a client acknowledgement the broker accepted: filtered,
+// then its plan applied.
+func ackAccepted(e *KIP1289, group, member string, topic [16]byte, partition int32, batches []ackRange) ([]ackRange, int) {
+	out, held, plan := e.filterClientAcks(group, member, topic, partition, batches)
+	if plan != nil {
+		e.applyAckPlan(plan)
+	}
+	return out, held
 }

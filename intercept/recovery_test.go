@@ -98,13 +98,13 @@ func TestScreenRedelivered(t *testing.T) {
 		t.Fatalf("committed taken %v, want 2", c)
 	}
 	// The client's own ack of a held offset never reaches the broker.
-	out, held := e.filterClientAcks("g", "m1", recTopic, 0, []ackRange{{first: 6, last: 8, types: []int8{1}}})
+	out, held := ackAccepted(e, "g", "m1", recTopic, 0, []ackRange{{first: 6, last: 8, types: []int8{1}}})
 	if held != 1 || fmt.Sprint(out) != "[{6 6 [1]} {8 8 [1]}]" {
 		t.Fatalf("client ack 6-8 became %v with %d held, want 6 and 8 forwarded, 7 held", out, held)
 	}
 	// An offset known only from the shadow topic (not acquired here) is held too.
 	e.OnShadowRecord(0, 12, shadowOf("g", 0, 30, 30, 1))
-	if _, held := e.filterClientAcks("g", "m1", recTopic, 0, []ackRange{{first: 30, last: 30, types: []int8{2}}}); held != 1 {
+	if _, held := ackAccepted(e, "g", "m1", recTopic, 0, []ackRange{{first: 30, last: 30, types: []int8{2}}}); held != 1 {
 		t.Fatal("a client ack of an offset staged through another proxy was forwarded")
 	}
 	// The open transaction aborts: the held offset is released (type 2).
