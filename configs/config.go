@@ -138,7 +138,8 @@ type SASL struct {
 	Password  string `yaml:"password"`
 }
 
-// Limits bound what one connection may hold.
+// Limits bound what clients can tie up in the proxy: per connection, and
+// connections per process.
 type Limits struct {
 	// MaxFrameBytes is the largest request or response frame accepted
 	// (Kafka's socket.request.max.bytes defaults to 100 MiB).
@@ -146,6 +147,10 @@ type Limits struct {
 	// MaxInFlight is how many requests one client connection may have
 	// waiting for responses before the proxy stops reading from it.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxConnections caps the client connections open at once, over all
+	// listeners; past it a new connection is closed as soon as it is
+	// accepted.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // Timeouts of the proxy itself.
@@ -192,8 +197,9 @@ func Default() Config {
 			MetadataRefresh: 30 * time.Second,
 		},
 		Limits: Limits{
-			MaxFrameBytes: 100 << 20,
-			MaxInFlight:   128,
+			MaxFrameBytes:  100 << 20,
+			MaxInFlight:    128,
+			MaxConnections: 10000,
 		},
 		Timeouts: Timeouts{
 			ShutdownGrace: 10 * time.Second,
@@ -472,6 +478,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxInFlight < 1 || c.Limits.MaxInFlight > 10000 {
 		return errorf("limits.max_in_flight", "%d is outside 1..10000", c.Limits.MaxInFlight)
+	}
+	if c.Limits.MaxConnections < 1 || c.Limits.MaxConnections > 1_000_000 {
+		return errorf("limits.max_connections", "%d is outside 1..1000000", c.Limits.MaxConnections)
 	}
 	if c.Timeouts.ShutdownGrace < 0 {
 		return errorf("timeouts.shutdown_grace", "must not be negative")

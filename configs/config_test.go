@@ -72,6 +72,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{yaml: "listen:\n  bootstrap: nonsense\n", key: "listen.bootstrap"},
 		{yaml: "listen:\n  bootstrap: 0.0.0.0:9092\n", key: "listen.advertised_host"},
 		{yaml: "limits:\n  max_in_flight: 0\n", key: "limits.max_in_flight"},
+		{yaml: "limits:\n  max_connections: 0\n", key: "limits.max_connections"},
+		{env: "SHARETX_LIMITS_MAX_CONNECTIONS=-5", key: "limits.max_connections"},
 		{yaml: "upstream:\n  bootstrap_servers: [nohost]\n", key: "upstream.bootstrap_servers"},
 		{yaml: "upstream:\n  dial_timeout: -1s\n", key: "upstream.dial_timeout"},
 		{yaml: "log:\n  level: loud\n", key: "log.level"},

@@ -52,6 +52,13 @@ type Server struct {
 	tailer       *markers.Tailer
 	lastErr      atomic.Value // string: last discovery error
 	seedNext     atomic.Uint32
+
+	// clientConns counts the client connections being served, from accept
+	// until their pair is closed (limits.max_connections).
+	clientConns atomic.Int64
+	refusedMu   sync.Mutex
+	refused     int       // connections refused since the last log line
+	refusedLog  time.Time // when that line was written
 }
 
 // node is one upstream broker and its proxy listener.
@@ -209,13 +216,48 @@ func (s *Server) accept(ln net.Listener, nodeID int32) {
 		}
 		backoff = 0
 		s.metrics.ConnsTotal.WithLabelValues(label).Inc()
+		if !s.admit(c, label) {
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer s.clientConns.Add(-1)
 			s.serve(c, nodeID, label)
 		}()
 	}
 }
+
+// admit counts a new client connection against limits.max_connections;
+// past the limit it closes the connection at once (before any TLS
+// handshake, read or upstream dial) and returns false.
+func (s *Server) admit(c net.Conn, label string) bool {
+	limit := s.cfg.Limits.MaxConnections
+	if s.clientConns.Add(1) <= int64(limit) {
+		return true
+	}
+	s.clientConns.Add(-1)
+	c.Close()
+	s.metrics.ConnsClosed.WithLabelValues("max_connections").Inc()
+	// A flood of connections must not become a flood of log lines: one a
+	// second at most, with the count since the last.
+	s.refusedMu.Lock()
+	s.refused++
+	var n int
+	if now := time.Now(); now.Sub(s.refusedLog) >= time.Second {
+		n, s.refused, s.refusedLog = s.refused, 0, now
+	}
+	s.refusedMu.Unlock()
+	if n > 0 {
+		s.log.Warn("refusing client connection: limits.max_connections are open already (closed at once; sharetx_connections_closed_total{reason=\"max_connections\"})",
+			"limit", limit, "client", c.RemoteAddr().String(), "listener", label, "refused_since_last_line", n)
+	}
+	return false
+}
+
+// ClientConns is the number of client connections being served now (each
+// counts against limits.max_connections until its pair is closed).
+func (s *Server) ClientConns() int { return int(s.clientConns.Load()) }
 
 func (s *Server) serve(client net.Conn, nodeID int32, label string) {
 	if tc, ok := client.(*net.TCPConn); ok {
