@@ -20,6 +20,7 @@ func init() {
 			return Action{}
 		}
 		if t, ok := produceTxn(r.Body(), r.Version); ok {
+			t.ident = env.KIP.identOf(r.Conn)
 			return Action{State: t}
 		}
 		return Action{}
@@ -32,13 +33,14 @@ func init() {
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
 		}
 		if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
-			env.KIP.learnTxn(t.txnID, t.producerID, t.epoch)
+			env.KIP.learnTxn(t.ident, t.txnID, t.producerID, t.epoch)
 		}
 		return changed
 	})
 }
 
 type produceTxnState struct {
+	ident      string // the connection's principal (identity.go)
 	txnID      string
 	producerID int64
 	epoch      int16

@@ -102,10 +102,17 @@ func (e *KIP1289) TxnHook(r *Request) Action {
 		e.log.Debug("malformed TxnShareAcknowledge", "err", err)
 		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code}}
 	}
+	// A broker whose listener requires SASL closes a connection that sends
+	// anything but ApiVersions and SASL before authenticating; so does the
+	// proxy, for the request it answers itself.
+	if e.authenticating(r.Conn) || (e.requireAuth.Load() && e.identOf(r.Conn) == "") {
+		return Action{Close: "unauthenticated_txn_share_acknowledge"}
+	}
+	ident := e.identOf(r.Conn)
 	return Action{Async: func() kmsg.Response {
 		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
 		defer cancel()
-		resp := e.Stage(ctx, req)
+		resp := e.Stage(ctx, req, ident)
 		resp.APIKey = e.key
 		return resp
 	}}

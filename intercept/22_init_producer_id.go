@@ -15,15 +15,15 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil || req.TransactionalID == nil {
 			return Action{}
 		}
-		return Action{State: *req.TransactionalID}
+		return Action{State: [2]string{env.KIP.identOf(r.Conn), *req.TransactionalID}}
 	})
 	register(kmsg.InitProducerID, func(env *Env, state any, r kmsg.Response) bool {
-		txnID, ok := state.(string)
+		st, ok := state.([2]string)
 		if !ok || env.KIP == nil {
 			return false
 		}
 		if resp := r.(*kmsg.InitProducerIDResponse); resp.ErrorCode == 0 {
-			env.KIP.setTxn(txnID, resp.ProducerID, resp.ProducerEpoch)
+			env.KIP.setTxn(st[0], st[1], resp.ProducerID, resp.ProducerEpoch)
 		}
 		return false
 	})

@@ -17,10 +17,11 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil {
 			return Action{}
 		}
-		return Action{State: req}
+		return Action{State: endTxnState{req, env.KIP.identOf(r.Conn)}}
 	})
 	register(kmsg.EndTxn, func(env *Env, state any, r kmsg.Response) bool {
-		req, ok := state.(*kmsg.EndTxnRequest)
+		st, ok := state.(endTxnState)
+		req := st.req
 		if !ok || env.KIP == nil {
 			return false
 		}
@@ -32,8 +33,13 @@ func init() {
 		// the same records again later, which changes nothing).
 		env.KIP.endTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
 		if resp.Version >= 5 {
-			env.KIP.setTxn(req.TransactionalID, resp.ProducerID, resp.ProducerEpoch)
+			env.KIP.setTxn(st.ident, req.TransactionalID, resp.ProducerID, resp.ProducerEpoch)
 		}
 		return false
 	})
+}
+
+type endTxnState struct {
+	req   *kmsg.EndTxnRequest
+	ident string
 }

@@ -14,10 +14,10 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil {
 			return Action{}
 		}
-		return Action{State: [2]string{req.GroupID, req.MemberID}}
+		return Action{State: [3]string{req.GroupID, req.MemberID, env.KIP.identOf(r.Conn)}}
 	})
 	register(kmsg.ShareGroupHeartbeat, func(env *Env, state any, r kmsg.Response) bool {
-		gm, ok := state.([2]string)
+		gm, ok := state.([3]string)
 		if !ok || env.KIP == nil {
 			return false
 		}
@@ -30,7 +30,7 @@ func init() {
 			member = *resp.MemberID
 		}
 		if member != "" {
-			env.KIP.setMember(gm[0], member, resp.MemberEpoch)
+			env.KIP.setMember(gm[2], gm[0], member, resp.MemberEpoch)
 		}
 		return false
 	})

@@ -16,6 +16,7 @@ type shareState struct {
 	epoch         int32 // upstream epoch sent
 	node          int32
 	group, member string
+	ident         string // the connection's principal (identity.go)
 	held          map[[16]byte]map[int32]bool
 	plans         []*ackPlan // applied once the broker accepted the acknowledgements
 }
@@ -130,7 +131,7 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil {
 			return Action{} // the broker answers the malformed request
 		}
-		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID)}
+		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
 		changed := false
 		for ti := range req.Topics {
 			t := &req.Topics[ti]
@@ -198,7 +199,7 @@ func init() {
 			for pi := range t.Partitions {
 				p := &t.Partitions[pi]
 				if p.ErrorCode == 0 {
-					env.KIP.acquired(st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
+					env.KIP.acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
 				}
 				if !st.held[t.TopicID][p.Partition] {
 					continue

@@ -23,7 +23,7 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil {
 			return Action{}
 		}
-		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID)}
+		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
 		changed := false
 		if !req.IsRenewAck {
 			keepTopics := req.Topics[:0]

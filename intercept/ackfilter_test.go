@@ -17,8 +17,8 @@ import (
 func TestRefusedAckChangesNothing(t *testing.T) {
 	topic := [16]byte{3}
 	e := testEngine()
-	e.setTxn("tx", 7, 2)
-	e.acquired(0, "g", "victim", topic, 0, acq(0, 9), time.Minute)
+	e.setTxn("", "tx", 7, 2)
+	e.acquired("", 0, "g", "victim", topic, 0, acq(0, 9), time.Minute)
 	k := partKey{"g", topic, 0}
 	before := fmt.Sprint(e.parts[k].acq)
 
@@ -44,8 +44,8 @@ func TestRefusedAckChangesNothing(t *testing.T) {
 func TestWideBatchNotExpanded(t *testing.T) {
 	topic := [16]byte{4}
 	e := testEngine()
-	e.setTxn("tx", 7, 2)
-	e.acquired(0, "g", "m1", topic, 0, acq(100, 109), time.Minute)
+	e.setTxn("", "tx", 7, 2)
+	e.acquired("", 0, "g", "m1", topic, 0, acq(100, 109), time.Minute)
 	if _, call := e.validateAndReserve(txnReq(topic, 0, ab(102, 104, 1))); call == nil {
 		t.Fatal("not staged")
 	}
@@ -76,13 +76,13 @@ func TestWidePathMatchesPerOffset(t *testing.T) {
 	for round := 0; round < 300; round++ {
 		e := testEngine()
 		e.cfg.MaxPendingRecords = 1 << 20
-		e.setTxn("tx", 7, 2)
+		e.setTxn("", "tx", 7, 2)
 		topic := [16]byte{5}
 		k := partKey{"g", topic, 0}
 		members := []string{"m1", "m2"}
 		for i := 0; i < 3; i++ {
 			f := rng.Int63n(60)
-			e.acquired(0, "g", members[rng.Intn(2)], topic, 0, acq(f, f+rng.Int63n(10)), time.Minute)
+			e.acquired("", 0, "g", members[rng.Intn(2)], topic, 0, acq(f, f+rng.Int63n(10)), time.Minute)
 		}
 		for i := 0; i < 3; i++ {
 			f := rng.Int63n(60)

@@ -51,7 +51,7 @@ type KIP1289 struct {
 	m          kipMetrics
 
 	mu       sync.Mutex
-	members  map[memberKey]int32
+	members  map[memberKey]memberInfo
 	sessions map[sessionKey]*session
 	txns     map[string]txnInfo
 	parts    map[partKey]*partState
@@ -60,6 +60,9 @@ type KIP1289 struct {
 	pending  int                          // offsets STAGING..COMMITTED
 
 	lastRejectLog time.Time // rate-limits the warning about untrusted shadow records
+
+	ids     identities                 // who each connection is (identity.go)
+	readers map[string]map[string]bool // group → principals the broker let fetch or heartbeat in it
 
 	// Restart recovery and redelivery (recovery.go).
 	known         map[partKey][]*knownRange
@@ -75,6 +78,7 @@ type KIP1289 struct {
 	applyCtx    context.Context
 	applyCancel context.CancelFunc
 	conflict    atomic.Bool // the cluster advertises our key
+	requireAuth atomic.Bool // the upstream requires SASL: unauthenticated callers are closed
 
 	// side sends a request to a broker on the proxy's own connection. The
 	// broker takes a member's ShareAcknowledge on any connection when the
@@ -139,7 +143,8 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		key:      int16(cfg.APIKey),
 		log:      log,
 		proxyID:  id,
-		members:  map[memberKey]int32{},
+		members:  map[memberKey]memberInfo{},
+		readers:  map[string]map[string]bool{},
 		sessions: map[sessionKey]*session{},
 		txns:     map[string]txnInfo{},
 		parts:    map[partKey]*partState{},
@@ -201,6 +206,12 @@ func (e *KIP1289) SetRenewSupported(ok bool) {
 	e.m.canRenew.Set(v)
 }
 
+// RequireAuthentication tells the engine that the upstream listener
+// requires SASL (the proxy's own client authenticates): a TxnShareAcknowledge
+// on a connection that did not authenticate closes it, as the broker closes
+// one that sends requests before authenticating.
+func (e *KIP1289) RequireAuthentication(on bool) { e.requireAuth.Store(on) }
+
 // Key is the API key of TxnShareAcknowledge.
 func (e *KIP1289) Key() int16 { return e.key }
 
@@ -219,33 +230,75 @@ func (e *KIP1289) Close() { e.applyCancel() }
 
 // ---------------------------------------------------------------- learning
 
-func (e *KIP1289) setMember(group, member string, epoch int32) {
+func (e *KIP1289) setMember(ident, group, member string, epoch int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if epoch < 0 {
 		delete(e.members, memberKey{group, member})
 		return
 	}
-	e.members[memberKey{group, member}] = epoch
+	e.members[memberKey{group, member}] = memberInfo{epoch: epoch, ident: ident}
+	e.noteReaderLocked(group, ident)
 }
 
+// noteReaderLocked records that the broker let ident read group (a
+// heartbeat or fetch of it was accepted from ident). Bounded: a group
+// keeps at most maxReaders principals, the newest.
+func (e *KIP1289) noteReaderLocked(group, ident string) {
+	r := e.readers[group]
+	if r == nil {
+		r = map[string]bool{}
+		e.readers[group] = r
+	}
+	if !r[ident] && len(r) >= maxReaders {
+		clear(r)
+	}
+	r[ident] = true
+}
+
+// readsGroupLocked reports whether ident was seen allowed to read group, or
+// no principal was.
+func (e *KIP1289) readsGroupLocked(group, ident string) bool {
+	r := e.readers[group]
+	return len(r) == 0 || r[ident] // no member of it seen: nothing of it to take (checkOffsets refuses)
+}
+
+// maxReaders bounds the principals remembered per group or transaction.
+const maxReaders = 64
+
 // learnTxn records a transactional id's producer id and epoch from a write
-// the broker accepted, when the id is unknown or the epoch moved on.
-func (e *KIP1289) learnTxn(txnID string, pid int64, epoch int16) {
+// the broker accepted from ident, when the id is unknown or the epoch moved
+// on; ident showed WRITE on the id.
+func (e *KIP1289) learnTxn(ident, txnID string, pid int64, epoch int16) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t, ok := e.txns[txnID]; ok && (t.producerID != pid || t.epoch >= epoch) {
+	t, ok := e.txns[txnID]
+	if ok && t.producerID == pid {
+		t.own(ident)
+		if t.epoch < epoch {
+			t.epoch = epoch
+		}
+		e.txns[txnID] = t
+		return
+	}
+	if ok {
 		return // a new producer id is learned from InitProducerId/EndTxn only
 	}
-	e.txns[txnID] = txnInfo{producerID: pid, epoch: epoch}
+	t = txnInfo{producerID: pid, epoch: epoch}
+	t.own(ident)
+	e.txns[txnID] = t
 }
 
 // setTxn records the producer id and epoch the coordinator just gave a
-// transactional id (InitProducerId, EndTxn v5+). Such an epoch is fresh: the
-// shadow writer starts it at sequence 0 without asking the leader.
-func (e *KIP1289) setTxn(txnID string, pid int64, epoch int16) {
+// transactional id (InitProducerId, EndTxn v5+) on a connection of ident.
+// Such an epoch is fresh: the shadow writer starts it at sequence 0 without
+// asking the leader.
+func (e *KIP1289) setTxn(ident, txnID string, pid int64, epoch int16) {
 	e.mu.Lock()
-	e.txns[txnID] = txnInfo{producerID: pid, epoch: epoch}
+	t := e.txns[txnID]
+	t.producerID, t.epoch = pid, epoch
+	t.own(ident)
+	e.txns[txnID] = t
 	w := e.writer
 	e.mu.Unlock()
 	if f, ok := w.(interface{ MarkFresh(int64, int16) }); ok {
@@ -254,7 +307,7 @@ func (e *KIP1289) setTxn(txnID string, pid int64, epoch int16) {
 }
 
 // acquired records what a ShareFetch response handed to member.
-func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, partition int32, recs []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, lock time.Duration) {
+func (e *KIP1289) acquired(ident string, node int32, group, member string, topic [16]byte, partition int32, recs []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, lock time.Duration) {
 	if len(recs) == 0 {
 		return
 	}
@@ -272,6 +325,7 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 		e.topics[group] = map[[16]byte]bool{}
 	}
 	e.topics[group][topic] = true
+	e.noteReaderLocked(group, ident)
 	if len(ps.acq) > 0 && now.After(ps.acq[0].deadline.Add(time.Minute)) {
 		ps.pruneAcq(now, time.Minute)
 	}
@@ -298,7 +352,7 @@ func (e *KIP1289) acquired(node int32, group, member string, topic [16]byte, par
 				}
 			}
 		}
-		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, member: member, node: node, deadline: deadline, lock: lock})
+		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, member: member, ident: ident, node: node, deadline: deadline, lock: lock})
 	}
 }
 
@@ -347,22 +401,6 @@ type partResult struct {
 	msg       string
 }
 
-// txnAckError refuses a whole call: the reference layout has no top-level
-// message, so code and message stand on every partition of the request too
-// (the reference client reads the top-level code first).
-func txnAckError(req *kip1289.TxnShareAcknowledgeRequest, code int16, msg string) *kip1289.TxnShareAcknowledgeResponse {
-	r := &kip1289.TxnShareAcknowledgeResponse{ErrorCode: code}
-	for _, t := range req.Topics {
-		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
-		for _, p := range t.Partitions {
-			m := msg
-			rt.Partitions = append(rt.Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: code, ErrorMessage: &m})
-		}
-		r.Topics = append(r.Topics, rt)
-	}
-	return r
-}
-
 // writeErrorCode maps a failed shadow write to the code a KIP-1289 client
 // acts on correctly (docs/protocol.md): the broker's own verdict on the
 // producer (fenced, wrong epoch or mapping, not authorised) and retriable
@@ -383,11 +421,11 @@ func writeErrorCode(err error) int16 {
 	return kerr.TransactionAbortable.Code
 }
 
-// Stage answers a TxnShareAcknowledge: it validates it against what the
-// proxy saw, writes the shadow record in the caller's transaction, and only
+// Stage answers a TxnShareAcknowledge from principal ident (identity.go):
+// it validates it against what the proxy saw, writes the shadow record in the caller's transaction, and only
 // then marks the offsets TX_PENDING. All or nothing.
-func (e *KIP1289) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
-	resp, call := e.validateAndReserve(req)
+func (e *KIP1289) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest, ident string) *kip1289.TxnShareAcknowledgeResponse {
+	resp, call := e.validateAndReserveAs(req, ident)
 	if resp != nil {
 		e.count(resp)
 		return resp
@@ -418,7 +456,8 @@ func (e *KIP1289) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 	off, err := w.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
 	if err != nil {
 		e.unstage(call)
-		return e.count(txnAckError(req, writeErrorCode(err), "sharetx: writing the staged acknowledgements into the transaction failed: "+err.Error()))
+		e.log.Info("TxnShareAcknowledge: the shadow write failed", "txn", call.txnID, "err", err)
+		return e.count(txnAckError(req, writeErrorCode(err), "sharetx: writing the staged acknowledgements into the transaction failed: "+kerrName(err)))
 	}
 	call.shadowPart, call.shadowOff = part, off
 	e.mu.Lock()
@@ -430,15 +469,7 @@ func (e *KIP1289) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 	e.staged[[2]int64{int64(part), off}] = call
 	e.learnLocked([2]int64{int64(part), off}, rec)
 	e.mu.Unlock()
-	ok := &kip1289.TxnShareAcknowledgeResponse{}
-	for _, t := range req.Topics {
-		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
-		for _, p := range t.Partitions {
-			rt.Partitions = append(rt.Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
-		}
-		ok.Topics = append(ok.Topics, rt)
-	}
-	return e.count(ok)
+	return e.count(okResponse(req))
 }
 
 func (e *KIP1289) count(r *kip1289.TxnShareAcknowledgeResponse) *kip1289.TxnShareAcknowledgeResponse {
@@ -458,6 +489,19 @@ func (e *KIP1289) count(r *kip1289.TxnShareAcknowledgeResponse) *kip1289.TxnShar
 	return r
 }
 
+// kerrName names a failed write by its Kafka error only: the writer's own
+// message may carry the broker's, which can name epochs and sequences.
+func kerrName(err error) string {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Message
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	return "see the proxy's log"
+}
+
 func errName(code int16) string {
 	if err := kerr.ErrorForCode(code); err != nil {
 		var ke *kerr.Error
@@ -466,162 +510,6 @@ func errName(code int16) string {
 		}
 	}
 	return fmt.Sprintf("code_%d", code)
-}
-
-// validateAndReserve checks req and, if it is acceptable, moves its offsets
-// to STAGING so no concurrent call or client ack can take them. It returns a
-// response when the call is refused; the codes are the ones the reference
-// broker sends, chosen by what the reference client does with them
-// (docs/protocol.md).
-func (e *KIP1289) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest) (*kip1289.TxnShareAcknowledgeResponse, *stagedCall) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if req.TransactionalID == nil || *req.TransactionalID == "" {
-		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: TxnShareAcknowledge needs a TransactionalId"), nil
-	}
-	txnID := *req.TransactionalID
-	pid, epoch := req.ProducerID, req.ProducerEpoch
-	t, known := e.txns[txnID]
-	switch {
-	case pid == -1 && epoch == -1:
-		// sharetx extension: the producer id and epoch this proxy saw.
-		if !known {
-			// Retriable: the proxy learns the transaction from the
-			// client's next accepted transactional write (a restarted
-			// proxy) or its InitProducerId.
-			return txnAckError(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
-		}
-		pid, epoch = t.producerID, t.epoch
-	case pid < 0 || epoch < 0:
-		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: ProducerId and ProducerEpoch must both be set, or both be -1 (sharetx extension)"), nil
-	case !known || (t.producerID == pid && epoch > t.epoch):
-		// The proxy writes the shadow record with its own credentials, so
-		// it stages only into transactions whose ids it saw the
-		// coordinator hand out or accept through it. Not fatal: a
-		// restarted proxy, or one that missed the epoch, learns it from
-		// the client's next accepted transactional write or EndTxn, so
-		// aborting this transaction is enough to go on.
-		return txnAckError(req, kerr.TransactionAbortable.Code, "sharetx: this transaction's producer id and epoch were not seen initialising, producing or ending through this proxy (a restarted proxy learns them from the next accepted transactional write or EndTxn); abort the transaction and retry"), nil
-	case t.producerID != pid:
-		return txnAckError(req, kerr.InvalidProducerIDMapping.Code, "sharetx: the producer id is not the transactional id's"), nil
-	case epoch < t.epoch:
-		return txnAckError(req, kerr.ProducerFenced.Code, "sharetx: the producer epoch is older than the transactional id's current one"), nil
-	}
-	member := req.MemberID
-	if member != "" {
-		ep, ok := e.members[memberKey{req.GroupID, member}]
-		if !ok {
-			return txnAckError(req, kerr.UnknownMemberID.Code, "sharetx: the member is not known to the group through this proxy"), nil
-		}
-		if req.MemberEpoch != ep {
-			return txnAckError(req, kerr.StaleMemberEpoch.Code, "sharetx: the member epoch is not the member's current one"), nil
-		}
-	}
-
-	call := &stagedCall{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
-	var results []partResult
-	failed := false
-	total := 0
-	for _, tp := range req.Topics {
-		for _, p := range tp.Partitions {
-			code, msg, refs := e.checkPartition(req.GroupID, &member, tp.TopicID, p)
-			if code != 0 {
-				failed = true
-			}
-			total += len(refs)
-			call.offsets = append(call.offsets, refs...)
-			results = append(results, partResult{tp.TopicID, p.Partition, code, msg})
-		}
-	}
-	if !failed && total == 0 {
-		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
-	}
-	if !failed && e.pending+total > e.cfg.MaxPendingRecords {
-		return txnAckError(req, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", e.cfg.MaxPendingRecords)), nil
-	}
-	if failed {
-		// The top-level code is the first failure's: the reference client
-		// acts on the top-level code first, and OPERATION_NOT_ATTEMPTED
-		// (on the partitions that were fine) is fatal there.
-		resp := &kip1289.TxnShareAcknowledgeResponse{}
-		byTopic := map[[16]byte]int{}
-		for _, r := range results {
-			code, msg := r.code, r.msg
-			if code != 0 && resp.ErrorCode == 0 {
-				resp.ErrorCode = code
-			}
-			if code == 0 {
-				code, msg = kerr.OperationNotAttempted.Code, "another partition of this call failed; nothing was staged"
-			}
-			i, ok := byTopic[r.topic]
-			if !ok {
-				i = len(resp.Topics)
-				byTopic[r.topic] = i
-				resp.Topics = append(resp.Topics, kip1289.TxnShareAcknowledgeResponseTopic{TopicID: r.topic})
-			}
-			m := msg
-			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: r.partition, ErrorCode: code, ErrorMessage: &m})
-		}
-		return resp, nil
-	}
-	call.member = member
-	for _, r := range call.offsets {
-		st := e.parts[r.part].offsets[r.offset]
-		st.state, st.call, st.ackType = stStaging, call, r.ackType
-	}
-	e.pending += total
-	e.m.pending.Set(float64(e.pending))
-	return nil, call
-}
-
-// checkPartition validates one partition's batches; e.mu is held. member
-// is resolved from the first acquired offset when empty.
-func (e *KIP1289) checkPartition(group string, member *string, topic [16]byte, p kip1289.TxnShareAcknowledgePartition) (int16, string, []offRef) {
-	if !e.topics[group][topic] {
-		// Not UNKNOWN_TOPIC_ID: the reference client retries that (after a
-		// metadata refresh), and no retry makes records acquired.
-		return kerr.InvalidRecordState.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil
-	}
-	k := partKey{group, topic, p.Partition}
-	ps := e.parts[k]
-	var refs []offRef
-	seen := map[int64]bool{}
-	now := time.Now()
-	for _, b := range p.AcknowledgementBatches {
-		offs, types, ok := ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}.expand()
-		if !ok {
-			return kerr.InvalidRequest.Code, fmt.Sprintf("malformed batch %d-%d with %d types", b.FirstOffset, b.LastOffset, len(b.AcknowledgeTypes)), nil
-		}
-		for i, o := range offs {
-			if seen[o] {
-				return kerr.InvalidRequest.Code, fmt.Sprintf("offset %d appears twice", o), nil
-			}
-			seen[o] = true
-			if types[i] != kip1289.Accept && types[i] != kip1289.Reject && types[i] != kip1289.Gap {
-				return kerr.InvalidRecordState.Code, fmt.Sprintf("acknowledge type %d at offset %d: only ACCEPT (1), REJECT (3) and gap (0) can be transactional", types[i], o), nil
-			}
-			var st *offState
-			if ps != nil {
-				st = ps.get(o)
-			}
-			switch {
-			case st == nil:
-				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is not acquired through this proxy", o), nil
-			case st.state != stAcquired:
-				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already %s", o, st.state), nil
-			case now.After(st.deadline):
-				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d: its acquisition lock expired", o), nil
-			}
-			if *member == "" {
-				*member = st.member
-			}
-			if st.member != *member {
-				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is acquired by another member", o), nil
-			}
-			refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: types[i]})
-		}
-	}
-	return 0, "", refs
 }
 
 // unstage returns the offsets of a call whose shadow write failed to

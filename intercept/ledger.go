@@ -32,6 +32,13 @@ type partKey struct {
 
 type memberKey struct{ group, member string }
 
+// memberInfo is a member's current epoch and the principal whose
+// heartbeat the broker accepted.
+type memberInfo struct {
+	epoch int32
+	ident string
+}
+
 type sessionKey struct {
 	node          int32
 	group, member string
@@ -40,6 +47,7 @@ type sessionKey struct {
 // offState is one acquired offset.
 type offState struct {
 	member      string
+	ident       string // the principal the records were handed to (identity.go)
 	node        int32
 	deadline    time.Time
 	state       recState
@@ -112,6 +120,7 @@ func (ps *partState) pruneOwed(now time.Time) {
 type acqRange struct {
 	first, last int64
 	member      string
+	ident       string
 	node        int32
 	deadline    time.Time
 	lock        time.Duration
@@ -126,7 +135,7 @@ func (ps *partState) get(o int64) *offState {
 	for i := len(ps.acq) - 1; i >= 0; i-- {
 		r := &ps.acq[i]
 		if o >= r.first && o <= r.last {
-			st := &offState{member: r.member, node: r.node, deadline: r.deadline, lock: r.lock, state: stAcquired}
+			st := &offState{member: r.member, ident: r.ident, node: r.node, deadline: r.deadline, lock: r.lock, state: stAcquired}
 			if ps.offsets == nil {
 				ps.offsets = map[int64]*offState{}
 			}
@@ -255,6 +264,28 @@ type offRef struct {
 type txnInfo struct {
 	producerID int64
 	epoch      int16
+	owners     []string // principals the broker accepted the id's InitProducerId or writes from
+}
+
+// own records that the broker accepted a write of the transaction from
+// ident (it has WRITE on the transactional id).
+func (t *txnInfo) own(ident string) {
+	if t.ownedBy(ident) {
+		return
+	}
+	if len(t.owners) >= maxReaders {
+		t.owners = t.owners[1:]
+	}
+	t.owners = append(t.owners, ident)
+}
+
+func (t txnInfo) ownedBy(ident string) bool {
+	for _, o := range t.owners {
+		if o == ident {
+			return true
+		}
+	}
+	return false
 }
 
 // ackRange is a run of offsets with one type per offset, as the broker takes

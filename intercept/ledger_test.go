@@ -61,9 +61,9 @@ func txnReq(topic [16]byte, part int32, batches ...kip1289.TxnShareAcknowledgeBa
 func TestValidateErrors(t *testing.T) {
 	topic := [16]byte{1}
 	e := testEngine()
-	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
-	e.acquired(0, "g", "m2", topic, 1, acq(0, 9), time.Minute)
-	e.setMember("g", "m1", 5)
+	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.acquired("", 0, "g", "m2", topic, 1, acq(0, 9), time.Minute)
+	e.setMember("", "g", "m1", 5)
 
 	// A transactional id the proxy has not seen: with ProducerId -1 (the
 	// extension) the proxy cannot know the ids yet and asks for a retry;
@@ -81,7 +81,7 @@ func TestValidateErrors(t *testing.T) {
 	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.InvalidRequest.Code {
 		t.Fatalf("null transactional id: %+v", r)
 	}
-	e.setTxn("tx", 7, 2)
+	e.setTxn("", "tx", 7, 2)
 	req = txnReq(topic, 0, ab(0, 1, 1))
 	req.ProducerEpoch = 1
 	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.ProducerFenced.Code {
@@ -184,8 +184,8 @@ func TestValidateErrors(t *testing.T) {
 func TestClientAcksHeldBack(t *testing.T) {
 	topic := [16]byte{2}
 	e := testEngine()
-	e.setTxn("tx", 7, 2)
-	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.setTxn("", "tx", 7, 2)
+	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
 	_, call := e.validateAndReserve(txnReq(topic, 0, ab(2, 4, 1)))
 	if call == nil {
 		t.Fatal("not staged")
@@ -214,10 +214,10 @@ func TestClientAcksHeldBack(t *testing.T) {
 func TestAcquisitionRanges(t *testing.T) {
 	e := testEngine()
 	e.cfg.MaxPendingRecords = 1000
-	e.setTxn("tx", 7, 2)
+	e.setTxn("", "tx", 7, 2)
 	topic := [16]byte{1}
 	k := partKey{"g", topic, 0}
-	e.acquired(1, "g", "m1", topic, 0, acq(0, 99), time.Minute)
+	e.acquired("", 1, "g", "m1", topic, 0, acq(0, 99), time.Minute)
 	ps := e.parts[k]
 	if len(ps.offsets) != 0 || len(ps.acq) != 1 {
 		t.Fatalf("one fetch of 100 records: %d entries, %d ranges; want 0 and 1", len(ps.offsets), len(ps.acq))
@@ -249,7 +249,7 @@ func TestAcquisitionRanges(t *testing.T) {
 	}
 	// Redelivered to m2 (the broker released them): the held ones stay
 	// staged; the others are m2's now.
-	e.acquired(1, "g", "m2", topic, 0, acq(20, 29), time.Minute)
+	e.acquired("", 1, "g", "m2", topic, 0, acq(20, 29), time.Minute)
 	if st := ps.get(22); st == nil || !st.state.held() || st.member != "m1" {
 		t.Fatalf("held offset 22 after a redelivery: %+v", st)
 	}
@@ -304,8 +304,8 @@ func ab(first, last int64, types ...int8) kip1289.TxnShareAcknowledgeBatch {
 func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 	topic := [16]byte{7}
 	e := testEngine()
-	e.setTxn("tx", 7, 2)
-	e.acquired(0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.setTxn("", "tx", 7, 2)
+	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
 	_, call := e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)))
 	if call == nil {
 		t.Fatal("valid call refused")
@@ -335,7 +335,7 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 		t.Fatalf("the member's ack after the abort: held %d, out %+v", held, out)
 	}
 	// A later ack of offset 0 by the member is of a redelivery: upstream.
-	e.acquired(0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
+	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
 	if out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
 		t.Fatalf("ack of the redelivery: held %d, out %+v", held, out)
 	}

@@ -31,7 +31,7 @@ func TestProduceTxn(t *testing.T) {
 	id := "orders-1"
 	for v := int16(3); v <= (&kmsg.ProduceRequest{}).MaxVersion(); v++ {
 		got, ok := produceTxn(produceBody(t, v, &id, 0x10, 77, 3), v)
-		if !ok || got != (produceTxnState{"orders-1", 77, 3}) {
+		if !ok || got != (produceTxnState{txnID: "orders-1", producerID: 77, epoch: 3}) {
 			t.Errorf("v%d: %+v %v", v, got, ok)
 		}
 		if _, ok := produceTxn(produceBody(t, v, nil, 0, 77, 3), v); ok {
@@ -52,15 +52,15 @@ func TestProduceTxn(t *testing.T) {
 func TestLearnTxn(t *testing.T) {
 	e := testEngine()
 	defer e.Close()
-	e.learnTxn("a", 5, 2)
-	e.learnTxn("a", 5, 1) // an older write answered late
-	e.learnTxn("a", 9, 7) // another producer id: only InitProducerId/EndTxn set that
-	if got := e.txns["a"]; got != (txnInfo{5, 2}) {
+	e.learnTxn("", "a", 5, 2)
+	e.learnTxn("", "a", 5, 1) // an older write answered late
+	e.learnTxn("", "a", 9, 7) // another producer id: only InitProducerId/EndTxn set that
+	if got := e.txns["a"]; got.producerID != 5 || got.epoch != 2 {
 		t.Fatalf("got %+v, want producer 5 epoch 2", got)
 	}
-	e.learnTxn("a", 5, 4)
-	if got := e.txns["a"]; got != (txnInfo{5, 4}) {
-		t.Fatalf("got %+v, want epoch 4", got)
+	e.learnTxn("User:alice", "a", 5, 4)
+	if got := e.txns["a"]; got.producerID != 5 || got.epoch != 4 || !got.ownedBy("") || !got.ownedBy("User:alice") || got.ownedBy("User:bob") {
+		t.Fatalf("got %+v, want epoch 4, owned by \"\" and alice, not bob", got)
 	}
 }
 

@@ -397,7 +397,7 @@ func (e *KIP1289) screen(st *shareState, topic [16]byte, partition int32, recs [
 				ps = &partState{offsets: map[int64]*offState{}}
 				e.parts[k] = ps
 			}
-			ps.offsets[o] = &offState{member: st.member, node: st.node, deadline: deadline, lock: lock, state: state, ackType: typ, call: call}
+			ps.offsets[o] = &offState{member: st.member, ident: st.ident, node: st.node, deadline: deadline, lock: lock, state: state, ackType: typ, call: call}
 		}
 		flush()
 	}

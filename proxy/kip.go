@@ -31,6 +31,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		return nil
 	}
 	cfg := s.cfg.KIP1289
+	kip.RequireAuthentication(s.cfg.Upstream.SASL.Mechanism != "")
 	key, keySource, err := shadowKey(s.cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,207 @@
+package intercept
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Who a connection is, as the broker authenticated it.
+//
+// The proxy passes SASL through: the client authenticates to the broker
+// itself, on its own upstream connection, and every request it forwards is
+// authorised by the broker as that principal. TxnShareAcknowledge is the one
+// request the proxy answers itself, and its shadow write goes out with the
+// proxy's own credentials; so the proxy must decide, as the reference broker
+// would, whether the caller may use the transaction and the group. It does
+// not copy the cluster's ACLs: it binds each transaction and each
+// acquisition to the principal of the connection the broker accepted it on
+// (an InitProducerId, transactional Produce or EndTxn needs WRITE on the
+// transactional id; a ShareGroupHeartbeat or ShareFetch needs READ on the
+// group and topic), and serves a TxnShareAcknowledge only for the
+// transactions and acquisitions of the caller's own principal.
+//
+// The principal is read from the SASL exchange the broker accepted: PLAIN's
+// authentication id and SCRAM's user name are the user name Kafka's default
+// principal builder turns into User:<name>, so "User:alice" through PLAIN
+// and through SCRAM is one identity. Other mechanisms (OAUTHBEARER, GSSAPI)
+// carry the principal in a form the proxy does not read; such a connection
+// is identified by its mechanism and its first authentication token, so
+// only connections that presented the same token share an identity. A
+// connection that did not authenticate is "" (the broker's ANONYMOUS).
+
+// connIdent is a connection's SASL progress.
+type connIdent struct {
+	mech  string
+	steps int    // SaslAuthenticate round trips the broker accepted
+	ident string // set once authentication completed
+	first []byte // the first token, for mechanisms identified by it
+}
+
+type identities struct {
+	mu sync.Mutex
+	m  map[Conn]*connIdent
+}
+
+// identOf returns the identity of c: "" until it authenticated.
+func (e *KIP1289) identOf(c Conn) string {
+	if c == nil {
+		return ""
+	}
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	if ci := e.ids.m[c]; ci != nil {
+		return ci.ident
+	}
+	return ""
+}
+
+// authenticating reports whether c started a SASL exchange that has not
+// completed.
+func (e *KIP1289) authenticating(c Conn) bool {
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	ci := e.ids.m[c]
+	return ci != nil && ci.ident == ""
+}
+
+func (e *KIP1289) connIdent(c Conn) *connIdent {
+	if e.ids.m == nil {
+		e.ids.m = map[Conn]*connIdent{}
+	}
+	ci := e.ids.m[c]
+	if ci == nil {
+		ci = &connIdent{}
+		e.ids.m[c] = ci
+		go func() {
+			<-c.Done()
+			e.ids.mu.Lock()
+			delete(e.ids.m, c)
+			e.ids.mu.Unlock()
+		}()
+	}
+	return ci
+}
+
+// saslHandshake records the mechanism the broker accepted on c.
+func (e *KIP1289) saslHandshake(c Conn, mech string) {
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	ci := e.connIdent(c)
+	// A re-authentication (KIP-368) starts over; the broker keeps the
+	// principal, and so does the proxy once the exchange completes.
+	ci.mech, ci.steps, ci.first = mech, 0, nil
+}
+
+// saslAuthenticated records one SaslAuthenticate round trip the broker
+// accepted on c, with the token the client sent.
+func (e *KIP1289) saslAuthenticated(c Conn, token []byte) {
+	e.ids.mu.Lock()
+	defer e.ids.mu.Unlock()
+	ci := e.connIdent(c)
+	ci.steps++
+	if ci.steps == 1 {
+		ci.first = append([]byte(nil), token...)
+	}
+	id := ""
+	switch m := strings.ToUpper(ci.mech); {
+	case m == "PLAIN":
+		// [authzid] NUL authcid NUL passwd; Kafka requires authzid to be
+		// empty or the authcid.
+		if parts := bytes.Split(token, []byte{0}); len(parts) == 3 && len(parts[1]) > 0 {
+			id = "User:" + string(parts[1])
+		}
+	case strings.HasPrefix(m, "SCRAM-"):
+		// Complete after the client-final message (the second round
+		// trip); the user is in the client-first message.
+		if ci.steps >= 2 {
+			if u, ok := scramUser(ci.first); ok {
+				id = "User:" + u
+			}
+		}
+	default:
+		sum := sha256.Sum256(ci.first)
+		id = m + ":" + hex.EncodeToString(sum[:12])
+	}
+	if id != "" && (ci.ident == "" || ci.ident == id) {
+		ci.ident = id
+	}
+}
+
+// scramUser reads the user name of a SCRAM client-first message
+// (RFC 5802: gs2-header "n,," or "n,a=authzid," then "n=user,r=nonce").
+func scramUser(first []byte) (string, bool) {
+	s := string(first)
+	i := strings.Index(s, ",")
+	if i < 0 {
+		return "", false
+	}
+	j := strings.Index(s[i+1:], ",")
+	if j < 0 {
+		return "", false
+	}
+	bare := s[i+1+j+1:]
+	if !strings.HasPrefix(bare, "n=") {
+		return "", false
+	}
+	u := bare[2:]
+	if k := strings.Index(u, ","); k >= 0 {
+		u = u[:k]
+	}
+	if u == "" {
+		return "", false
+	}
+	u = strings.ReplaceAll(strings.ReplaceAll(u, "=2C", ","), "=3D", "=")
+	return u, true
+}
+
+// SaslHandshake and SaslAuthenticate: the proxy follows, without changing
+// a byte, which principal the broker authenticated on each connection.
+func init() {
+	registerHook(kmsg.SASLHandshake, func(env *Env, r *Request) Action {
+		if env.KIP == nil {
+			return Action{}
+		}
+		req := kmsg.NewPtrSASLHandshakeRequest()
+		req.Version = r.Version
+		if req.ReadFrom(r.Body()) != nil {
+			return Action{}
+		}
+		return Action{State: saslState{conn: r.Conn, mech: req.Mechanism}}
+	})
+	register(kmsg.SASLHandshake, func(env *Env, state any, r kmsg.Response) bool {
+		st, ok := state.(saslState)
+		if ok && env.KIP != nil && r.(*kmsg.SASLHandshakeResponse).ErrorCode == 0 {
+			env.KIP.saslHandshake(st.conn, st.mech)
+		}
+		return false
+	})
+	registerHook(kmsg.SASLAuthenticate, func(env *Env, r *Request) Action {
+		if env.KIP == nil {
+			return Action{}
+		}
+		req := kmsg.NewPtrSASLAuthenticateRequest()
+		req.Version = r.Version
+		if req.ReadFrom(r.Body()) != nil {
+			return Action{}
+		}
+		return Action{State: saslState{conn: r.Conn, token: req.SASLAuthBytes}}
+	})
+	register(kmsg.SASLAuthenticate, func(env *Env, state any, r kmsg.Response) bool {
+		st, ok := state.(saslState)
+		if ok && env.KIP != nil && r.(*kmsg.SASLAuthenticateResponse).ErrorCode == 0 {
+			env.KIP.saslAuthenticated(st.conn, st.token)
+		}
+		return false
+	})
+}
+
+type saslState struct {
+	conn  Conn
+	mech  string
+	token []byte
+}

@@ -1,0 +1,304 @@
+package intercept
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/sharetx/sharetx/kip1289"
+)
+
+// txnAckError refuses a whole call: the reference layout has no top-level
+// message, so the code stands on every partition of the request too (the
+// reference client reads the top-level code first), and the message on the
+// first only, so a refusal is no larger than the answer a well-formed
+// request of the same partitions gets.
+func txnAckError(req *kip1289.TxnShareAcknowledgeRequest, code int16, msg string) *kip1289.TxnShareAcknowledgeResponse {
+	r := &kip1289.TxnShareAcknowledgeResponse{ErrorCode: code}
+	first := true
+	for _, t := range req.Topics {
+		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			rp := kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition, ErrorCode: code}
+			if first {
+				m := msg
+				rp.ErrorMessage = &m
+				first = false
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		r.Topics = append(r.Topics, rt)
+	}
+	return r
+}
+
+// preParsed is one partition of a call, checked without any lock: its
+// offsets and their types, or why the partition is refused.
+type preParsed struct {
+	topic [16]byte
+	part  int32
+	offs  []int64
+	types []int8
+	code  int16
+	msg   string
+}
+
+// preParse bounds and expands a call before any state is looked at: the
+// partition count and the offset count (without expanding) against the
+// limits, then each batch (well-formed, no offset twice, transactional
+// types only). Work and memory are bounded by kip1289.max_offsets_per_call.
+func (e *KIP1289) preParse(req *kip1289.TxnShareAcknowledgeRequest) ([]preParsed, *kip1289.TxnShareAcknowledgeResponse) {
+	parts, offs := 0, int64(0)
+	for _, t := range req.Topics {
+		parts += len(t.Partitions)
+		for _, p := range t.Partitions {
+			for _, b := range p.AcknowledgementBatches {
+				if b.FirstOffset < 0 || b.LastOffset < b.FirstOffset {
+					continue // refused below, per partition
+				}
+				offs += b.LastOffset - b.FirstOffset + 1
+				if offs > int64(e.cfg.MaxOffsetsPerCall) {
+					return nil, txnAckError(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: more than kip1289.max_offsets_per_call=%d offsets in one call; stage them in several calls", e.cfg.MaxOffsetsPerCall))
+				}
+			}
+		}
+	}
+	if parts > e.cfg.MaxPartitionsPerCall {
+		return nil, txnAckError(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: more than kip1289.max_partitions_per_call=%d partitions in one call", e.cfg.MaxPartitionsPerCall))
+	}
+	out := make([]preParsed, 0, parts)
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			out = append(out, preParsePartition(t.TopicID, p))
+		}
+	}
+	return out, nil
+}
+
+func preParsePartition(topic [16]byte, p kip1289.TxnShareAcknowledgePartition) preParsed {
+	pp := preParsed{topic: topic, part: p.Partition}
+	var seen map[int64]bool
+	if len(p.AcknowledgementBatches) > 1 {
+		seen = map[int64]bool{}
+	}
+	for _, b := range p.AcknowledgementBatches {
+		offs, types, ok := ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}.expand()
+		if !ok {
+			pp.code, pp.msg = kerr.InvalidRequest.Code, fmt.Sprintf("malformed batch %d-%d with %d types", b.FirstOffset, b.LastOffset, len(b.AcknowledgeTypes))
+			return pp
+		}
+		for i, o := range offs {
+			if seen != nil {
+				if seen[o] {
+					pp.code, pp.msg = kerr.InvalidRequest.Code, fmt.Sprintf("offset %d appears twice", o)
+					return pp
+				}
+				seen[o] = true
+			}
+			if ty := types[i]; ty != kip1289.Accept && ty != kip1289.Reject && ty != kip1289.Gap {
+				pp.code, pp.msg = kerr.InvalidRecordState.Code, fmt.Sprintf("acknowledge type %d at offset %d: only ACCEPT (1), REJECT (3) and gap (0) can be transactional", ty, o)
+				return pp
+			}
+		}
+		pp.offs = append(pp.offs, offs...)
+		pp.types = append(pp.types, types...)
+	}
+	return pp
+}
+
+// validateAndReserve checks req and, if it is acceptable, moves its offsets
+// to STAGING so no concurrent call or client ack can take them. It returns a
+// response when the call is refused, or answered as already staged (a
+// retry); the codes are the ones the reference broker sends, chosen by what
+// the reference client does with them (docs/protocol.md). Messages name
+// nothing the caller did not send: no epochs, no other member's offsets.
+func (e *KIP1289) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest) (*kip1289.TxnShareAcknowledgeResponse, *stagedCall) {
+	return e.validateAndReserveAs(req, "")
+}
+
+func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, ident string) (*kip1289.TxnShareAcknowledgeResponse, *stagedCall) {
+	if req.TransactionalID == nil || *req.TransactionalID == "" {
+		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: TxnShareAcknowledge needs a TransactionalId"), nil
+	}
+	pre, refused := e.preParse(req)
+	if refused != nil {
+		return refused, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	txnID := *req.TransactionalID
+	pid, epoch := req.ProducerID, req.ProducerEpoch
+	t, known := e.txns[txnID]
+	if known && !t.ownedBy(ident) {
+		// The broker accepted this transactional id's InitProducerId or
+		// writes only from other principals: the caller has not shown
+		// WRITE on it.
+		return txnAckError(req, kerr.TransactionalIDAuthorizationFailed.Code, "sharetx: not authorized to use this transactional id through this proxy (its InitProducerId or writes reached the broker from another principal)"), nil
+	}
+	switch {
+	case pid == -1 && epoch == -1:
+		// sharetx extension: the producer id and epoch this proxy saw.
+		if !known {
+			// Retriable: the proxy learns the transaction from the
+			// client's next accepted transactional write (a restarted
+			// proxy) or its InitProducerId.
+			return txnAckError(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
+		}
+		pid, epoch = t.producerID, t.epoch
+	case pid < 0 || epoch < 0:
+		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: ProducerId and ProducerEpoch must both be set, or both be -1 (sharetx extension)"), nil
+	case !known || (t.producerID == pid && epoch > t.epoch):
+		// The proxy writes the shadow record with its own credentials, so
+		// it stages only into transactions whose ids it saw the
+		// coordinator hand out or accept through it. Not fatal: a
+		// restarted proxy, or one that missed the epoch, learns it from
+		// the client's next accepted transactional write or EndTxn, so
+		// aborting this transaction is enough to go on.
+		return txnAckError(req, kerr.TransactionAbortable.Code, "sharetx: this transaction's producer id and epoch were not seen initialising, producing or ending through this proxy (a restarted proxy learns them from the next accepted transactional write or EndTxn); abort the transaction and retry"), nil
+	case t.producerID != pid:
+		return txnAckError(req, kerr.InvalidProducerIDMapping.Code, "sharetx: the producer id is not the transactional id's"), nil
+	case epoch < t.epoch:
+		return txnAckError(req, kerr.ProducerFenced.Code, "sharetx: the producer epoch is not the transactional id's current one"), nil
+	}
+	if !e.readsGroupLocked(req.GroupID, ident) {
+		return txnAckError(req, kerr.GroupAuthorizationFailed.Code, "sharetx: not authorized for this group through this proxy (no member of it fetched through this proxy as this principal)"), nil
+	}
+	member := req.MemberID
+	if member != "" {
+		mi, ok := e.members[memberKey{req.GroupID, member}]
+		if !ok || mi.ident != ident {
+			return txnAckError(req, kerr.UnknownMemberID.Code, "sharetx: the member is not known to the group through this proxy"), nil
+		}
+		if req.MemberEpoch != mi.epoch {
+			return txnAckError(req, kerr.StaleMemberEpoch.Code, "sharetx: the member epoch is not the member's current one"), nil
+		}
+	}
+
+	call := &stagedCall{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
+	var results []partResult
+	failed := false
+	total, retried := 0, 0
+	for _, pp := range pre {
+		code, msg := pp.code, pp.msg
+		var refs []offRef
+		dup := 0
+		if code == 0 {
+			code, msg, refs, dup = e.checkOffsets(req.GroupID, &member, ident, call, pp)
+		}
+		if code != 0 {
+			failed = true
+		}
+		total += len(refs)
+		retried += dup
+		call.offsets = append(call.offsets, refs...)
+		results = append(results, partResult{pp.topic, pp.part, code, msg})
+	}
+	switch {
+	case !failed && total == 0 && retried > 0:
+		// A retry of a call that was staged (its answer was lost): the
+		// same answer, nothing written twice.
+		return okResponse(req), nil
+	case !failed && retried > 0:
+		return txnAckError(req, kerr.InvalidRecordState.Code, "sharetx: some of these offsets are already staged in this transaction by an earlier call, others not; send the earlier call again as it was, or the others alone"), nil
+	case !failed && total == 0:
+		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
+	case !failed && e.pending+total > e.cfg.MaxPendingRecords:
+		return txnAckError(req, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", e.cfg.MaxPendingRecords)), nil
+	case failed:
+		return partialFailure(results), nil
+	}
+	call.member = member
+	for _, r := range call.offsets {
+		st := e.parts[r.part].offsets[r.offset]
+		st.state, st.call, st.ackType = stStaging, call, r.ackType
+	}
+	e.pending += total
+	e.m.pending.Set(float64(e.pending))
+	return nil, call
+}
+
+// partialFailure answers a call some partitions of which failed. The
+// top-level code is the first failure's: the reference client acts on the
+// top-level code first, and OPERATION_NOT_ATTEMPTED (on the partitions
+// that were fine, without a message) is fatal there.
+func partialFailure(results []partResult) *kip1289.TxnShareAcknowledgeResponse {
+	resp := &kip1289.TxnShareAcknowledgeResponse{}
+	byTopic := map[[16]byte]int{}
+	for _, r := range results {
+		rp := kip1289.TxnShareAcknowledgeResponsePartition{Partition: r.partition, ErrorCode: r.code}
+		if r.code != 0 {
+			if resp.ErrorCode == 0 {
+				resp.ErrorCode = r.code
+			}
+			m := r.msg
+			rp.ErrorMessage = &m
+		} else {
+			rp.ErrorCode = kerr.OperationNotAttempted.Code
+		}
+		i, ok := byTopic[r.topic]
+		if !ok {
+			i = len(resp.Topics)
+			byTopic[r.topic] = i
+			resp.Topics = append(resp.Topics, kip1289.TxnShareAcknowledgeResponseTopic{TopicID: r.topic})
+		}
+		resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
+	}
+	return resp
+}
+
+// okResponse is the answer to a staged call: every partition with code 0.
+func okResponse(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
+	ok := &kip1289.TxnShareAcknowledgeResponse{}
+	for _, t := range req.Topics {
+		rt := kip1289.TxnShareAcknowledgeResponseTopic{TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			rt.Partitions = append(rt.Partitions, kip1289.TxnShareAcknowledgeResponsePartition{Partition: p.Partition})
+		}
+		ok.Topics = append(ok.Topics, rt)
+	}
+	return ok
+}
+
+// checkOffsets validates one partition's offsets against the ledger; e.mu
+// is held. member is resolved from the first acquired offset when empty,
+// among the acquisitions of the caller's principal (ident). dup counts
+// offsets already staged with the same type by an earlier call of the same
+// transaction (a retry).
+func (e *KIP1289) checkOffsets(group string, member *string, ident string, call *stagedCall, pp preParsed) (code int16, msg string, refs []offRef, dup int) {
+	const notAcquired = "offset %d is not acquired by this member through this proxy"
+	if !e.topics[group][pp.topic] {
+		// Not UNKNOWN_TOPIC_ID: the reference client retries that (after a
+		// metadata refresh), and no retry makes records acquired.
+		return kerr.InvalidRecordState.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil, 0
+	}
+	k := partKey{group, pp.topic, pp.part}
+	ps := e.parts[k]
+	now := time.Now()
+	for i, o := range pp.offs {
+		var st *offState
+		if ps != nil {
+			st = ps.get(o)
+		}
+		// Whose the offset is comes first: a stranger learns nothing
+		// about other members' offsets.
+		if st == nil || st.ident != ident || (*member != "" && st.member != *member) {
+			return kerr.InvalidRecordState.Code, fmt.Sprintf(notAcquired, o), nil, 0
+		}
+		if *member == "" {
+			*member = st.member
+		}
+		switch {
+		case st.state == stTxPending && st.call != nil && st.call.txnID == call.txnID &&
+			st.call.producerID == call.producerID && st.call.epoch == call.epoch && st.ackType == pp.types[i]:
+			dup++
+			continue
+		case st.state != stAcquired:
+			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already %s", o, st.state), nil, 0
+		case now.After(st.deadline):
+			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d: its acquisition lock expired", o), nil, 0
+		}
+		refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: pp.types[i]})
+	}
+	return 0, "", refs, dup
+}
