@@ -32,8 +32,9 @@ test: vet
 
 PKGS ?= ./...
 e2e-on:
-	@seeds=$$($(KAFKA) up | tail -n 1) && echo "== real Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s): $$seeds; go test $(PKGS)" && \
-	E2E_KAFKA_SEEDS=$$seeds E2E_REQUIRE_KAFKA=1 go test $(GO_TEST_FLAGS) $(PKGS)
+	@seeds=$$($(KAFKA) up | tail -n 1) && sasl_seeds=$$($(KAFKA) sasl-bootstrap) && \
+	echo "== real Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s): $$seeds (SASL $$sasl_seeds); go test $(PKGS)" && \
+	E2E_KAFKA_SEEDS=$$seeds E2E_KAFKA_SASL_SEEDS=$$sasl_seeds E2E_REQUIRE_KAFKA=1 go test $(GO_TEST_FLAGS) $(PKGS)
 
 # The same suite without a real broker (kfake only; the real-broker halves skip).
 test-kfake:

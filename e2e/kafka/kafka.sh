@@ -3,20 +3,36 @@
 # assembled from Maven Central jars with mvn. No .tgz, no Docker.
 #
 #   kafka.sh libs                     resolve jars into the cache (idempotent)
-#   kafka.sh up                       start (or reuse) a cluster; last stdout line = bootstrap list
+#   kafka.sh up                       start (or reuse) a cluster; last stdout line = PLAINTEXT bootstrap list
 #   kafka.sh down                     stop all nodes (TERM, then KILL after KAFKA_STOP_TIMEOUT s)
 #   kafka.sh restart-node <i>         kill -9 node i, start it again on its data, wait until ready
-#   kafka.sh check                    finalized share.version>=1 and transaction.version=2, else exit 1
+#   kafka.sh check                    finalized share.version>=1 and transaction.version=2, and a
+#                                     SCRAM-SHA-256 login (alice) on the SASL listener works, else exit 1
 #   kafka.sh status                   print the running nodes
-#   kafka.sh bootstrap                print the bootstrap list of the running cluster
+#   kafka.sh bootstrap                print the bootstrap list of the running cluster (PLAINTEXT)
+#   kafka.sh sasl-bootstrap           print the SASL_PLAINTEXT bootstrap list of the running cluster
 #   kafka.sh tool <MainClass> args... run a class on the Kafka classpath (tools log config: WARN to stderr);
 #                                     `tool ConfigCommand` = kafka.admin.ConfigCommand (<=4.3) or o.a.k.tools.ConfigCommand (4.4+)
 #
 # Env: KAFKA_VERSION (4.4.0)  KAFKA_NODES (1|3, default 1)  KAFKA_E2E_DIR (/tmp/sharetx-kafka)
 #      SHARETX_CACHE ($HOME/.cache/sharetx)  KAFKA_LIBS (override the jar dir)
-#      KAFKA_BASE_PORT (19092; node i: client port BASE+100*(i-1), controller port that +1)
+#      KAFKA_BASE_PORT (19092; node i: client port BASE+100*(i-1), controller port that +1,
+#                       SASL_PLAINTEXT port that +5)
 #      KAFKA_HEAP (-Xms512m -Xmx768m)  KAFKA_TOOL_OPTS  KAFKA_READY_TIMEOUT (180)
 #      KAFKA_STOP_TIMEOUT (30)  KAFKA_FORMAT_FEATURES (transaction.version=2)
+#
+# Every node has two client listeners on 127.0.0.1:
+#   PLAINTEXT       client port      no authentication (User:ANONYMOUS); also inter-broker traffic
+#   SASL_PLAINTEXT  client port + 5  mechanisms PLAIN and SCRAM-SHA-256
+# Test-only users (PLAIN from the JAAS config, SCRAM-SHA-256 credentials added at format time):
+#   admin/admin-secret (super user)  alice/alice-secret  bob/bob-secret  mallory/mallory-secret
+#   sharetx/sharetx-secret (the proxy's own principal in tests)
+# Authoriser: StandardAuthorizer, allow.everyone.if.no.acl.found=true, super.users=User:admin and
+# User:ANONYMOUS: a resource without ACLs is open to every principal; a test denies a SASL user by
+# adding ACLs (as admin) on its own resource names. PLAINTEXT (ANONYMOUS) is never restricted: the
+# nodes' own quorum/replication traffic is ANONYMOUS, and before the metadata is loaded only super
+# users are authorised (3 nodes would not elect a leader). Client configs per user and mechanism:
+# $KAFKA_E2E_DIR/sasl/<user>-{plain,scram}.properties (for the Java tools' --command-config).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +53,12 @@ FORMAT_FEATURES=${KAFKA_FORMAT_FEATURES-transaction.version=2}
 READY_TIMEOUT=${KAFKA_READY_TIMEOUT:-180}
 STOP_TIMEOUT=${KAFKA_STOP_TIMEOUT:-30}
 STATE=$E2E_DIR/cluster.env
+SASL_PORT_OFFSET=5   # from the client port; the controller port is client port + 1
+# name:password, test-only. Changing this list makes `up` re-format a running cluster.
+SASL_USERS=(admin:admin-secret alice:alice-secret bob:bob-secret mallory:mallory-secret sharetx:sharetx-secret)
+# Fingerprint of what a node is formatted and configured with (template + users): `up` reuses a
+# running cluster only if it matches, so a cluster from an older kafka.sh or template is re-formatted.
+config_sha() { { cat "$HERE/server.properties"; printf '%s\n' "${SASL_USERS[@]}"; } | sha256sum | cut -c1-16; }
 STARTED_RE='Kafka Server started'
 
 log() { echo "[kafka.sh] $*" >&2; }
@@ -100,9 +122,15 @@ resolve_main() {
 # ------------------------------------------------------------------ helpers
 node_dir()  { echo "$E2E_DIR/node$1"; }
 node_port() { echo $((BASE_PORT + 100 * ($1 - 1))); }
+sasl_port() { echo $(($(node_port "$1") + SASL_PORT_OFFSET)); }
 bootstrap_for() {  # bootstrap_for <nodes>
   local i bs=""
   for ((i = 1; i <= $1; i++)); do bs+="${bs:+,}127.0.0.1:$(node_port "$i")"; done
+  echo "$bs"
+}
+sasl_bootstrap_for() {  # sasl_bootstrap_for <nodes>
+  local i bs=""
+  for ((i = 1; i <= $1; i++)); do bs+="${bs:+,}127.0.0.1:$(sasl_port "$i")"; done
   echo "$bs"
 }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -117,8 +145,9 @@ node_pid() {  # prints the pid of node i if it is alive and really our broker
   echo "$pid"
 }
 
-load_state() {  # sets RUN_VERSION RUN_NODES RUN_BOOTSTRAP RUN_LIBS; fails if no state file
+load_state() {  # sets RUN_VERSION RUN_NODES RUN_BOOTSTRAP RUN_SASL_BOOTSTRAP RUN_CONFIG RUN_LIBS; fails if no state file
   [ -f "$STATE" ] || return 1
+  RUN_SASL_BOOTSTRAP="" RUN_CONFIG=""   # absent from state files written before the SASL listener
   # shellcheck disable=SC1090
   . "$STATE"
 }
@@ -130,23 +159,42 @@ all_alive() {  # all_alive <nodes>
 
 # ------------------------------------------------------------------ node lifecycle
 write_props() {  # write_props <i> <nodes> <voters>
-  local i=$1 n=$2 voters=$3 d bp cp rf isr
-  d=$(node_dir "$i"); bp=$(node_port "$i"); cp=$((bp + 1))
+  local i=$1 n=$2 voters=$3 d bp cp sp rf isr u plain=""
+  d=$(node_dir "$i"); bp=$(node_port "$i"); cp=$((bp + 1)); sp=$(sasl_port "$i")
   if [ "$n" -ge 3 ]; then rf=3; isr=2; else rf=1; isr=1; fi
+  for u in "${SASL_USERS[@]}"; do plain+="${plain:+ }user_${u%%:*}=\"${u#*:}\""; done
   mkdir -p "$d/data" "$d/logs"
   sed -e "s#@NODE_ID@#$i#g" -e "s#@VOTERS@#$voters#g" \
-      -e "s#@BROKER_PORT@#$bp#g" -e "s#@CONTROLLER_PORT@#$cp#g" -e "s#@DATA_DIR@#$d/data#g" \
+      -e "s#@BROKER_PORT@#$bp#g" -e "s#@CONTROLLER_PORT@#$cp#g" -e "s#@SASL_PORT@#$sp#g" \
+      -e "s#@PLAIN_USERS@#$plain#g" -e "s#@DATA_DIR@#$d/data#g" \
       -e "s#@RF@#$rf#g" -e "s#@MIN_ISR@#$isr#g" \
       "$HERE/server.properties" >"$d/server.properties"
 }
 
+write_client_configs() {  # $E2E_DIR/sasl/<user>-{plain,scram}.properties, for --command-config
+  local u name pw
+  rm -rf "$E2E_DIR/sasl"; mkdir -p "$E2E_DIR/sasl"
+  for u in "${SASL_USERS[@]}"; do
+    name=${u%%:*}; pw=${u#*:}
+    printf '%s\n' "security.protocol=SASL_PLAINTEXT" "sasl.mechanism=PLAIN" \
+      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$name\" password=\"$pw\";" \
+      >"$E2E_DIR/sasl/$name-plain.properties"
+    printf '%s\n' "security.protocol=SASL_PLAINTEXT" "sasl.mechanism=SCRAM-SHA-256" \
+      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"$name\" password=\"$pw\";" \
+      >"$E2E_DIR/sasl/$name-scram.properties"
+  done
+}
+
 format_node() {  # format_node <i> <cluster id>
-  local d f feat=()
+  local d f u feat=() scram=()
   d=$(node_dir "$1")
   for f in $FORMAT_FEATURES; do feat+=(--feature "$f"); done
+  # SCRAM credentials go into the bootstrap metadata (same on every node; the leader's is used).
+  for u in "${SASL_USERS[@]}"; do scram+=(--add-scram "SCRAM-SHA-256=[name=${u%%:*},password=${u#*:}]"); done
   # No --release-version: defaults to this build's latest production metadata.version.
   # Same jars as the broker: formatted dirs are not forward compatible.
-  run_tool kafka.tools.StorageTool format --cluster-id "$2" --config "$d/server.properties" "${feat[@]}" \
+  run_tool kafka.tools.StorageTool format --cluster-id "$2" --config "$d/server.properties" \
+    ${feat[@]+"${feat[@]}"} "${scram[@]}" \
     >"$d/logs/format.log" 2>&1 || { cat "$d/logs/format.log" >&2; die "format of node $1 failed"; }
 }
 
@@ -171,7 +219,7 @@ wait_started() {  # wait_started <i> <previous started_count>
   d=$(node_dir "$i"); port=$(node_port "$i")
   while :; do
     c=$(started_count "$i"); c=${c:-0}
-    if [ "$c" -gt "$before" ] && port_open "$port"; then break; fi
+    if [ "$c" -gt "$before" ] && port_open "$port" && port_open "$(sasl_port "$i")"; then break; fi
     if ! node_pid "$i" >/dev/null; then
       log "node $i exited during start-up:"; tail -30 "$d/logs/stdout.log" >&2; tail -30 "$d/logs/server.log" >&2 || true
       return 1
@@ -179,7 +227,7 @@ wait_started() {  # wait_started <i> <previous started_count>
     if [ "$SECONDS" -ge "$deadline" ]; then log "node $i not started after ${READY_TIMEOUT}s:"; tail -30 "$d/logs/server.log" >&2; return 1; fi
     sleep 0.5
   done
-  log "node $i started (127.0.0.1:$port)"
+  log "node $i started (127.0.0.1:$port, SASL 127.0.0.1:$(sasl_port "$i"))"
 }
 
 wait_answers() {  # wait_answers <bootstrap>: the cluster serves admin requests (DescribeFeatures)
@@ -207,27 +255,34 @@ wait_no_urp() {  # wait_no_urp <bootstrap>: no under-replicated partitions (only
 
 # ------------------------------------------------------------------ commands
 up() {
-  local want_bs i voters="" cid t0=$SECONDS
-  want_bs=$(bootstrap_for "$KAFKA_NODES")
+  local want_bs want_sasl want_cfg i voters="" cid t0=$SECONDS
+  want_bs=$(bootstrap_for "$KAFKA_NODES"); want_sasl=$(sasl_bootstrap_for "$KAFKA_NODES"); want_cfg=$(config_sha)
   if load_state; then
-    if [ "$RUN_VERSION" = "$KAFKA_VERSION" ] && [ "$RUN_NODES" = "$KAFKA_NODES" ] && all_alive "$RUN_NODES"; then
+    # Not reused: a cluster from an older kafka.sh (no SASL listener / config fingerprint in its
+    # state file), or one formatted from another template or user list.
+    if [ "$RUN_VERSION" = "$KAFKA_VERSION" ] && [ "$RUN_NODES" = "$KAFKA_NODES" ] &&
+       [ "$RUN_SASL_BOOTSTRAP" = "$want_sasl" ] && [ "$RUN_CONFIG" = "$want_cfg" ] &&
+       all_alive "$RUN_NODES"; then
       local ok=1
-      for ((i = 1; i <= RUN_NODES; i++)); do port_open "$(node_port "$i")" || ok=0; done
+      for ((i = 1; i <= RUN_NODES; i++)); do port_open "$(node_port "$i")" && port_open "$(sasl_port "$i")" || ok=0; done
       if [ $ok = 1 ]; then
-        log "reusing running Kafka $RUN_VERSION x$RUN_NODES"
+        [ -f "$E2E_DIR/sasl/admin-scram.properties" ] || write_client_configs
+        log "reusing running Kafka $RUN_VERSION x$RUN_NODES (SASL $RUN_SASL_BOOTSTRAP)"
         echo "$RUN_BOOTSTRAP"; return 0
       fi
     fi
-    log "a different or broken cluster (Kafka ${RUN_VERSION:-?} x${RUN_NODES:-?}) is registered: stopping it"
+    log "a different, older or broken cluster (Kafka ${RUN_VERSION:-?} x${RUN_NODES:-?}, SASL ${RUN_SASL_BOOTSTRAP:-none}, config ${RUN_CONFIG:-none}) is registered: stopping it"
     down
   fi
+  local p
   for ((i = 1; i <= KAFKA_NODES; i++)); do
-    if port_open "$(node_port "$i")" || port_open $(($(node_port "$i") + 1)); then
-      die "port $(node_port "$i") or $(($(node_port "$i") + 1)) is in use by a process this script does not know about"
-    fi
+    for p in "$(node_port "$i")" $(($(node_port "$i") + 1)) "$(sasl_port "$i")"; do
+      if port_open "$p"; then die "port $p (node $i) is in use by a process this script does not know about"; fi
+    done
   done
   libs
-  rm -rf "$E2E_DIR"/node* "$E2E_DIR"/java-clients-*; mkdir -p "$E2E_DIR"
+  rm -rf "$E2E_DIR"/node* "$E2E_DIR"/java-clients-* "$E2E_DIR/sasl"; mkdir -p "$E2E_DIR"
+  write_client_configs
   for ((i = 1; i <= KAFKA_NODES; i++)); do voters+="${voters:+,}$i@127.0.0.1:$(($(node_port "$i") + 1))"; done
   cid=$(new_cluster_id)     # same cluster id on every node
   log "formatting $KAFKA_NODES node(s), Kafka $KAFKA_VERSION, cluster id $cid, data in $E2E_DIR"
@@ -239,12 +294,14 @@ up() {
 RUN_VERSION=$KAFKA_VERSION
 RUN_NODES=$KAFKA_NODES
 RUN_BOOTSTRAP=$want_bs
+RUN_SASL_BOOTSTRAP=$want_sasl
+RUN_CONFIG=$want_cfg
 RUN_LIBS=$LIBS
 RUN_CLUSTER_ID=$cid
 EOF
   for ((i = 1; i <= KAFKA_NODES; i++)); do wait_started "$i" 0 || { down; die "start failed"; }; done
   wait_answers "$want_bs" || { down; die "cluster does not answer"; }
-  log "Kafka $KAFKA_VERSION x$KAFKA_NODES ready in $((SECONDS - t0))s"
+  log "Kafka $KAFKA_VERSION x$KAFKA_NODES ready in $((SECONDS - t0))s (SASL_PLAINTEXT $want_sasl)"
   echo "$want_bs"
 }
 
@@ -299,29 +356,45 @@ restart_node() {
   start_node "$i"
   wait_started "$i" "$before" || die "node $i did not come back"
   wait_answers "127.0.0.1:$(node_port "$i")" || die "node $i does not answer"
+  port_open "$(sasl_port "$i")" || die "node $i: SASL port $(sasl_port "$i") is not listening"
   if [ "$RUN_NODES" -gt 1 ]; then wait_no_urp "$RUN_BOOTSTRAP" || die "cluster did not catch up"; fi
   log "node $i back in $((SECONDS - t0))s"
 }
 
 check() {
-  local bs out
-  if load_state; then bs=$RUN_BOOTSTRAP; LIBS=$RUN_LIBS; else bs=$(bootstrap_for "$KAFKA_NODES"); fi
+  local bs sbs out
+  if load_state; then
+    bs=$RUN_BOOTSTRAP; sbs=$RUN_SASL_BOOTSTRAP; LIBS=$RUN_LIBS
+  else
+    bs=$(bootstrap_for "$KAFKA_NODES"); sbs=$(sasl_bootstrap_for "$KAFKA_NODES")
+  fi
   bs=${KAFKA_BOOTSTRAP:-$bs}
   out=$(run_tool org.apache.kafka.tools.FeatureCommand --bootstrap-server "$bs" describe) || die "FeatureCommand failed against $bs"
   echo "$out"
   grep -Eq 'Feature: share\.version.*FinalizedVersionLevel: [1-9]' <<<"$out" || die "share.version is not finalized >= 1"
   grep -Eq 'Feature: transaction\.version.*FinalizedVersionLevel: 2' <<<"$out" || die "transaction.version is not finalized = 2"
-  log "check OK ($bs)"
+  if [ -z "${KAFKA_BOOTSTRAP:-}" ]; then
+    [ -n "$sbs" ] || die "the registered cluster has no SASL listener (started by an older kafka.sh): run up"
+    [ -f "$E2E_DIR/sasl/alice-scram.properties" ] || write_client_configs
+    if ! out=$(run_tool org.apache.kafka.tools.FeatureCommand --bootstrap-server "$sbs" \
+               --command-config "$E2E_DIR/sasl/alice-scram.properties" describe 2>&1) ||
+       ! grep -q 'Feature: metadata.version' <<<"$out"; then
+      echo "$out" | tail -20 >&2; die "SCRAM-SHA-256 login as alice on $sbs failed"
+    fi
+    log "check OK ($bs; SASL SCRAM-SHA-256 as alice on $sbs)"
+  else
+    log "check OK ($bs)"
+  fi
 }
 
 status() {
   local i pid
   if ! load_state; then echo "no cluster (state dir $E2E_DIR)"; return 1; fi
-  echo "Kafka $RUN_VERSION x$RUN_NODES cluster_id=$RUN_CLUSTER_ID bootstrap=$RUN_BOOTSTRAP dir=$E2E_DIR"
+  echo "Kafka $RUN_VERSION x$RUN_NODES cluster_id=$RUN_CLUSTER_ID bootstrap=$RUN_BOOTSTRAP sasl_bootstrap=${RUN_SASL_BOOTSTRAP:-none} dir=$E2E_DIR"
   local rc=0
   for ((i = 1; i <= RUN_NODES; i++)); do
     if pid=$(node_pid "$i"); then
-      echo "node $i pid=$pid port=$(node_port "$i") controller=$(($(node_port "$i") + 1)) $(port_open "$(node_port "$i")" && echo listening || echo not-listening)"
+      echo "node $i pid=$pid port=$(node_port "$i") controller=$(($(node_port "$i") + 1)) sasl=$(sasl_port "$i") $(port_open "$(node_port "$i")" && echo listening || echo not-listening)"
     else
       echo "node $i DOWN port=$(node_port "$i")"; rc=1
     fi
@@ -338,9 +411,13 @@ case "$cmd" in
   check) check ;;
   status) status ;;
   bootstrap) load_state || die "no cluster"; echo "$RUN_BOOTSTRAP" ;;
+  sasl-bootstrap)
+    load_state || die "no cluster"
+    [ -n "$RUN_SASL_BOOTSTRAP" ] || die "the running cluster has no SASL listener (started by an older kafka.sh): run up"
+    echo "$RUN_SASL_BOOTSTRAP" ;;
   tool)
     [ $# -ge 1 ] || die "usage: tool <MainClass> args..."
     libs; main=$(resolve_main "$1"); shift
     tool "$main" "$@" ;;
-  *) sed -n '2,19p' "$0"; exit 2 ;;
+  *) sed -n '/^set -euo/q;2,$p' "$0"; exit 2 ;;
 esac
