@@ -21,6 +21,9 @@ func init() {
 		}
 		if t, ok := produceTxn(r.Body(), r.Version); ok {
 			t.ident = env.KIP.identOf(r.Conn)
+			if act := env.KIP.relayTouch(r, t); act != nil {
+				return *act
+			}
 			return Action{State: t}
 		}
 		return Action{}
@@ -31,6 +34,10 @@ func init() {
 		for i := range resp.Brokers {
 			b := &resp.Brokers[i]
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
+		}
+		if sp, ok := state.(*touchSplit); ok {
+			env.KIP.mergeRelayed(sp, resp)
+			state, changed = sp.txn, true
 		}
 		if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
 			env.KIP.learnTxn(t.ident, t.txnID, t.producerID, t.epoch)

@@ -161,6 +161,13 @@ func NewWriter(cl *kgo.Client, topic string) *Writer {
 // the first Write.
 func (w *Writer) SetKey(key []byte) { w.key = append([]byte(nil), key...) }
 
+// TopicID returns the shadow topic's id, zero until the topic was looked up.
+func (w *Writer) TopicID() [16]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.topicID
+}
+
 // Topic returns the shadow topic name.
 func (w *Writer) Topic() string { return w.topic }
 
