@@ -385,7 +385,13 @@ func (s *refSetup) nothingLeft(t *testing.T, rc *refClient) {
 // cluster, is handed until the group has been quiet for quiet.
 func freshMemberGets(t *testing.T, b *Backend, group, topic string, quiet time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(500*time.Millisecond))
+	return freshMemberGetsWith(t, b, group, topic, quiet)
+}
+
+// freshMemberGetsWith is freshMemberGets with client options (credentials).
+func freshMemberGetsWith(t *testing.T, b *Backend, group, topic string, quiet time.Duration, opts ...kgo.Opt) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Seeds...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

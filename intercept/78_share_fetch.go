@@ -17,6 +17,7 @@ type shareState struct {
 	node          int32
 	group, member string
 	ident         string // the connection's principal (identity.go)
+	foreign       bool   // another principal's request on a member's session: passed through, changes nothing
 	held          map[[16]byte]map[int32]bool
 	plans         []*ackPlan // applied once the broker accepted the acknowledgements
 }
@@ -53,6 +54,23 @@ func (s *shareState) hold(topic [16]byte, partition int32) {
 func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) Action {
 	sess := e.session(st.node, st.group, st.member)
 	sess.mu.Lock()
+	if sess.owned && sess.ident != st.ident {
+		// Another principal naming this member's session: the broker
+		// decides (it authorises the caller and checks the epoch); the
+		// proxy's view of the session, the epoch translation and the
+		// connection it applies acknowledgements on, are not the caller's
+		// to move.
+		sess.mu.Unlock()
+		st.foreign = true
+		act := Action{State: st}
+		if changed {
+			act.Body = req.AppendTo(nil) // held offsets stay held
+		}
+		return act
+	}
+	if !sess.owned || *epoch == 0 {
+		sess.owned, sess.ident = true, st.ident
+	}
 	if up := sess.translate(r.Conn, *epoch, r.Version); up != *epoch {
 		*epoch = up
 		changed = true
@@ -94,6 +112,9 @@ func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 	e.responded(state)
 	if e == nil || code != kerr.InvalidShareSessionEpoch.Code {
 		return
+	}
+	if st, ok := state.(*shareState); ok && st.foreign {
+		return // not a session the proxy translates: nothing of the proxy's to count
 	}
 	e.m.epochErrors.Inc()
 	if st, ok := state.(*shareState); ok {

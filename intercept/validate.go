@@ -225,14 +225,20 @@ func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, 
 func partialFailure(results []partResult) *kip1289.TxnShareAcknowledgeResponse {
 	resp := &kip1289.TxnShareAcknowledgeResponse{}
 	byTopic := map[[16]byte]int{}
+	messages := 0
 	for _, r := range results {
 		rp := kip1289.TxnShareAcknowledgeResponsePartition{Partition: r.partition, ErrorCode: r.code}
 		if r.code != 0 {
 			if resp.ErrorCode == 0 {
 				resp.ErrorCode = r.code
 			}
-			m := r.msg
-			rp.ErrorMessage = &m
+			// The first few failures say why; the rest carry their code
+			// only, so the answer stays no larger than the request.
+			if messages < maxMessages {
+				m := r.msg
+				rp.ErrorMessage = &m
+				messages++
+			}
 		} else {
 			rp.ErrorCode = kerr.OperationNotAttempted.Code
 		}
@@ -246,6 +252,9 @@ func partialFailure(results []partResult) *kip1289.TxnShareAcknowledgeResponse {
 	}
 	return resp
 }
+
+// maxMessages bounds the error messages of one answer.
+const maxMessages = 4
 
 // okResponse is the answer to a staged call: every partition with code 0.
 func okResponse(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {

@@ -1,0 +1,592 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/staging"
+)
+
+// The attacks of the security review (docs/guarantees.md, "Security"), each
+// rerun against the proxy in front of a cluster with SASL and a real
+// authoriser: franz-go's kfake (SASL PLAIN, ACLs on, deny by default) and a
+// real Kafka broker (kafka.sh's SASL_PLAINTEXT listener, StandardAuthorizer).
+// Principals: alice, the application (its transactional id, the group);
+// bob, another application allowed to read the group, with a transactional
+// id of his own; mallory, allowed to write the shadow topic and nothing of
+// alice's; sharetx, the proxy's own principal; admin, a super user.
+
+const (
+	secAdmin, secAdminPass     = "admin", "admin-secret"
+	secProxy, secProxyPass     = "sharetx", "sharetx-secret"
+	secAlice, secAlicePass     = "alice", "alice-secret"
+	secBob, secBobPass         = "bob", "bob-secret"
+	secMallory, secMalloryPass = "mallory", "mallory-secret"
+)
+
+// secCluster is a cluster with SASL and ACLs, a proxy in front of it
+// authenticating as sharetx, and the names of one test's resources.
+type secCluster struct {
+	b      *Backend
+	seeds  []string // SASL listener
+	p      *Proxy
+	admin  *kgo.Client // straight to the cluster, as admin
+	shadow string
+	in     string
+	group  string
+	txn    map[string]string // principal → its transactional id
+}
+
+var secPasswords = map[string]string{secAdmin: secAdminPass, secProxy: secProxyPass, secAlice: secAlicePass, secBob: secBobPass, secMallory: secMalloryPass}
+
+func secAuth(user string) kgo.Opt {
+	return kgo.SASL(plain.Auth{User: user, Pass: secPasswords[user]}.AsMechanism())
+}
+
+// secBackends runs fn against kfake with SASL and ACLs, then against the
+// real broker's SASL listener (E2E_KAFKA_SASL_SEEDS).
+func secBackends(t *testing.T, fn func(t *testing.T, s *secCluster)) {
+	t.Run("kfake", func(t *testing.T) {
+		opts := []kfake.Opt{kfake.EnableSASL(), kfake.EnableACLs(),
+			kfake.Superuser("PLAIN", secAdmin, secAdminPass), kfake.Superuser("PLAIN", secProxy, secProxyPass)}
+		for _, u := range []string{secAlice, secBob, secMallory} {
+			opts = append(opts, kfake.User("PLAIN", u, secPasswords[u]))
+		}
+		b := FakeBackend(t, 1, opts...)
+		fn(t, newSecCluster(t, b, b.Seeds))
+	})
+	t.Run("kafka", func(t *testing.T) {
+		b := RealBackend(t)
+		seeds := os.Getenv("E2E_KAFKA_SASL_SEEDS")
+		if seeds == "" {
+			if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+				t.Fatal("E2E_KAFKA_SASL_SEEDS is not set: start the broker with e2e/kafka/kafka.sh (make test does)")
+			}
+			t.Skip("real broker's SASL listener not configured: set E2E_KAFKA_SASL_SEEDS")
+		}
+		fn(t, newSecCluster(t, b, strings.Split(seeds, ",")))
+	})
+}
+
+func newSecCluster(t *testing.T, b *Backend, seeds []string) *secCluster {
+	t.Helper()
+	s := &secCluster{b: b, seeds: seeds, shadow: Unique("sec-shadow"), group: Unique("sec-group"),
+		txn: map[string]string{secAlice: Unique("alice-txn"), secBob: Unique("bob-txn"), secMallory: Unique("mallory-txn")}}
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...), secAuth(secAdmin), kgo.RetryTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	s.admin = admin
+	adm := kadm.NewClient(admin)
+	s.in = createTopic(t, adm, b, 1)
+	// The ACLs: the same on both clusters. kfake denies what no ACL
+	// allows; the real broker (allow.everyone.if.no.acl.found) denies on a
+	// resource that has ACLs whoever they do not name.
+	all := []kadm.ACLOperation{kadm.OpAll}
+	s.grant(t, kadm.NewACLs().Topics(s.in).Allow("User:"+secAlice, "User:"+secBob, "User:"+secProxy).Operations(all...))
+	s.grant(t, kadm.NewACLs().Groups(s.group).Allow("User:"+secAlice, "User:"+secBob, "User:"+secProxy).Operations(all...))
+	for _, u := range []string{secAlice, secBob, secMallory} {
+		s.grant(t, kadm.NewACLs().TransactionalIDs(s.txn[u]).Allow("User:"+u, "User:"+secProxy).Operations(all...))
+	}
+	// The shadow topic: sharetx's, and mallory may write there (the
+	// attacker the review used).
+	s.grant(t, kadm.NewACLs().Topics(s.shadow).Allow("User:"+secProxy).Operations(all...))
+	s.grant(t, kadm.NewACLs().Topics(s.shadow).Allow("User:"+secMallory).Operations(kadm.OpWrite, kadm.OpDescribe))
+	// Applications may look the shadow topic up (the Go client places its
+	// touch record by partition), never write it.
+	s.grant(t, kadm.NewACLs().Topics(s.shadow).Allow("User:"+secAlice, "User:"+secBob).Operations(kadm.OpDescribe))
+	setShareAutoOffsetReset(t, admin, s.group)
+	s.p = StartProxy(t, seeds, func(c *configs.Config) {
+		c.Upstream.SASL = configs.SASL{Mechanism: "PLAIN", Username: secProxy, Password: secProxyPass}
+		c.KIP1289.ShadowTopic = s.shadow
+		c.KIP1289.ShadowPartitions = 2
+	})
+	return s
+}
+
+func (s *secCluster) grant(t *testing.T, b *kadm.ACLBuilder) {
+	t.Helper()
+	b.AllowHosts().ResourcePatternType(kadm.ACLPatternLiteral)
+	res, err := kadm.NewClient(s.admin).CreateACLs(ctxT(t, 30*time.Second), b)
+	if err == nil {
+		for _, r := range res {
+			if r.Err != nil {
+				err = r.Err
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("create ACLs: %v", err)
+	}
+}
+
+// app is one principal's share consumer and transactional producer,
+// through the proxy.
+type app struct {
+	user     string
+	clientID string
+	consumer *kgo.Client
+	producer *kgo.Client
+	txnID    string
+}
+
+func (s *secCluster) app(t *testing.T, user string) *app {
+	t.Helper()
+	a := &app{user: user, clientID: Unique(user + "-member"), txnID: s.txn[user]}
+	a.consumer = s.p.NewClient(t, &DialRecorder{}, secAuth(user), kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+		kgo.ClientID(a.clientID), kgo.FetchMaxWait(500*time.Millisecond))
+	a.producer = s.p.NewClient(t, &DialRecorder{}, secAuth(user), kgo.TransactionalID(a.txnID), kgo.TransactionTimeout(time.Minute))
+	return a
+}
+
+// member is the app's member id and epoch, as the group has them.
+func (s *secCluster) member(t *testing.T, ctx context.Context, a *app) refMember {
+	t.Helper()
+	rc := &refClient{admin: s.admin, group: s.group, clientID: a.clientID}
+	return rc.metadata(t, ctx)
+}
+
+// begin starts a transaction of a and returns its producer id and epoch
+// (the InitProducerId went through the proxy, as alice's).
+func (a *app) begin(t *testing.T, ctx context.Context) (int64, int16) {
+	t.Helper()
+	if err := a.producer.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	pid, epoch, err := a.producer.ProducerID(ctx)
+	if err != nil {
+		t.Fatalf("%s: producer id: %v", a.user, err)
+	}
+	return pid, epoch
+}
+
+// saslDial opens a raw connection to addr authenticated as user with PLAIN
+// (SaslHandshake v1, SaslAuthenticate v2), or unauthenticated for "".
+func saslDial(t *testing.T, addr, user string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if user == "" {
+		return c
+	}
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Version, hs.Mechanism = 1, "PLAIN"
+	c.Write(rawRequest(hs.Key(), 1, 1, hs.AppendTo(nil)))
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	f, err := readResponse(c)
+	if err != nil || len(f) < 6 || int16(binary.BigEndian.Uint16(f[4:])) != 0 {
+		t.Fatalf("SaslHandshake as %s: %v %x", user, err, f)
+	}
+	au := kmsg.NewPtrSASLAuthenticateRequest()
+	au.Version, au.SASLAuthBytes = 2, []byte("\x00"+user+"\x00"+secPasswords[user])
+	c.Write(rawRequest(au.Key(), 2, 2, au.AppendTo(nil)))
+	f, err = readResponse(c)
+	if err != nil || len(f) < 7 || int16(binary.BigEndian.Uint16(f[5:])) != 0 {
+		t.Fatalf("SaslAuthenticate as %s: %v %x", user, err, f)
+	}
+	return c
+}
+
+// refSendOn sends one TxnShareAcknowledge on c and decodes the answer; ok
+// is false when the proxy closed the connection instead.
+func refSendOn(t *testing.T, c net.Conn, corr int32, body []byte) (refResult, bool) {
+	t.Helper()
+	c.Write(rawRequest(refKey, 0, corr, body))
+	c.SetReadDeadline(time.Now().Add(40 * time.Second))
+	frame, err := readResponse(c)
+	if err != nil {
+		return refResult{}, false
+	}
+	res, err := refDecodeResponse(frame[5:])
+	if err != nil {
+		t.Fatalf("%v: %x", err, frame)
+	}
+	return res, true
+}
+
+// stageAs is a TxnShareAcknowledge of recs (type ty) from user, on an
+// authenticated connection of its own.
+func (s *secCluster) stageAs(t *testing.T, user, txnID string, pid int64, epoch int16, m refMember, recs []*kgo.Record, ty int8) refResult {
+	t.Helper()
+	ids := map[string][16]byte{s.in: topicIDOf(t, s.admin, s.in)}
+	c := saslDial(t, s.p.Addr, user)
+	for i, p := range refPartitions(ids, recs, ty) {
+		res, ok := refSendOn(t, c, int32(10+i), refRequest(txnID, pid, epoch, m, p))
+		if !ok {
+			t.Fatalf("%s: the proxy closed an authenticated connection", user)
+		}
+		if res.code != 0 {
+			return res
+		}
+	}
+	return refResult{}
+}
+
+// aliceStagesAndCommits is the end of every attack: alice stages ACCEPT of
+// recs herself, commits with EndTxn, and the records are acknowledged
+// (a fresh member is handed none of them).
+func (s *secCluster) aliceStagesAndCommits(t *testing.T, ctx context.Context, a *app, recs []*kgo.Record) {
+	t.Helper()
+	pid, epoch, err := a.producer.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := s.stageAs(t, a.user, a.txnID, pid, epoch, s.member(t, ctx, a), recs, 1); res.code != 0 {
+		t.Fatalf("alice's own TxnShareAcknowledge after the attack: %v (%s)", res.err(), res.message)
+	}
+	req := kmsg.NewPtrEndTxnRequest()
+	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = a.txnID, pid, epoch, true
+	resp, err := req.RequestWith(ctx, a.producer)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("EndTxn: %v", err)
+	}
+	Wait(t, 30*time.Second, "alice's acknowledgements applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+	a.consumer.Close()
+	if left := s.freshMemberGets(t, 3*time.Second); len(left) != 0 {
+		t.Fatalf("%d of alice's records still to be delivered after her commit", len(left))
+	}
+}
+
+// freshMemberGets is what a new member (admin, straight to the cluster) is
+// handed until the group has been quiet for quiet.
+func (s *secCluster) freshMemberGets(t *testing.T, quiet time.Duration) []*kgo.Record {
+	t.Helper()
+	b := *s.b
+	b.Seeds = s.seeds
+	return freshMemberGetsWith(t, &b, s.group, s.in, quiet, secAuth(secAdmin))
+}
+
+// TestAttackForgedShadowRecordChangesNothing: mallory, allowed to write the
+// shadow topic, commits a record naming alice's group and topic with
+// offsets 0..2^40 REJECT (unsigned; and one signed with a guessed key), and
+// leaves another open. Before: every record handed out in the range was
+// REJECTed (0 of 15 reached the consumer). Now: nothing changes, alice gets
+// all 15, and the proxy counts the records it ignored.
+func TestAttackForgedShadowRecordChangesNothing(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		produceN(t, s.admin, s.in, 10)
+		forged := &staging.ShadowRecord{ProxyID: "mallory", TransactionalID: s.txn[secMallory], GroupID: s.group,
+			Topics: []staging.ShadowTopic{{TopicID: topicIDOf(t, s.admin, s.in), Partitions: []staging.ShadowPartition{{Partition: 0,
+				Batches: []staging.ShadowBatch{{FirstOffset: 0, LastOffset: 1 << 40, AcknowledgeTypes: []int8{3}}}}}}}}
+		forger, err := kgo.NewClient(kgo.SeedBrokers(s.seeds...), secAuth(secMallory), kgo.TransactionalID(s.txn[secMallory]),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer forger.Close()
+		for i, commit := range []bool{true, false} {
+			if err := forger.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			pid, epoch, err := forger.ProducerID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			forged.ProducerID, forged.ProducerEpoch = pid, epoch
+			values := [][]byte{forged.AppendTo(nil), forged.AppendSigned(nil, staging.DeriveShadowKey([]byte("a guess at sharetx's shadow key")))}
+			for _, v := range values {
+				if err := forger.ProduceSync(ctx, &kgo.Record{Topic: s.shadow, Partition: int32(i), Value: v}).FirstErr(); err != nil {
+					t.Fatalf("mallory's write to the shadow topic (she is allowed to): %v", err)
+				}
+			}
+			if commit {
+				if err := forger.EndTransaction(ctx, kgo.TryCommit); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		Wait(t, 30*time.Second, "the proxy to read the forged records", func() bool {
+			return metricValue(s.p, "sharetx_shadow_records_rejected_total") >= 4
+		})
+		a := s.app(t, secAlice)
+		var got []*kgo.Record
+		for len(got) < 10 && ctx.Err() == nil {
+			got = append(got, a.consumer.PollRecords(ctx, 100).Records()...)
+		}
+		produceN(t, s.admin, s.in, 5)
+		for len(got) < 15 && ctx.Err() == nil {
+			got = append(got, a.consumer.PollRecords(ctx, 100).Records()...)
+		}
+		if len(got) != 15 {
+			t.Fatalf("alice got %d of 15 records with forged shadow records in the topic", len(got))
+		}
+		t.Logf("alice got %d of 15; the proxy ignored %v forged shadow records", len(got), metricValue(s.p, "sharetx_shadow_records_rejected_total"))
+	})
+}
+
+// TestAttackUnauthenticatedStaging: a socket that never authenticates sends
+// a TxnShareAcknowledge naming alice's transaction and member with REJECT.
+// Before: staged, and alice's commit archived the record. Now: the proxy
+// closes the connection as the broker closes one that sends requests before
+// SASL; nothing is staged (alice stages the same offset herself).
+func TestAttackUnauthenticatedStaging(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		produceN(t, s.admin, s.in, 1)
+		a := s.app(t, secAlice)
+		recs := pollNonEmpty(t, ctx, a.consumer, 1)
+		pid, epoch := a.begin(t, ctx)
+		m := s.member(t, ctx, a)
+		ids := map[string][16]byte{s.in: topicIDOf(t, s.admin, s.in)}
+		c := saslDial(t, s.p.Addr, "")
+		if res, ok := refSendOn(t, c, 1, refRequest(a.txnID, pid, epoch, m, refPartitions(ids, recs, 3)[0])); ok {
+			t.Fatalf("an unauthenticated TxnShareAcknowledge was answered: %v (%s)", res.err(), res.message)
+		}
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+	})
+}
+
+// TestAttackAnotherPrincipalsTransaction: mallory, authenticated, stages
+// into alice's transaction (its id, producer id and epoch). Before: staged
+// with the proxy's credentials. Now: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+// as the reference broker answers, with a message that names no number.
+func TestAttackAnotherPrincipalsTransaction(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		produceN(t, s.admin, s.in, 1)
+		a := s.app(t, secAlice)
+		recs := pollNonEmpty(t, ctx, a.consumer, 1)
+		pid, epoch := a.begin(t, ctx)
+		res := s.stageAs(t, secMallory, a.txnID, pid, epoch, s.member(t, ctx, a), recs, 3)
+		if res.code != kerr.TransactionalIDAuthorizationFailed.Code {
+			t.Fatalf("mallory into alice's transaction: %v (%s), want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", res.err(), res.message)
+		}
+		if strings.ContainsAny(res.message, "0123456789") {
+			t.Fatalf("the refusal tells a stranger a number: %q", res.message)
+		}
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+	})
+}
+
+// TestAttackAnotherMembersOffsets: bob, allowed to read the group and with
+// a transaction of his own, stages ACCEPT of alice's records naming her
+// member (from DescribeShareGroups) and leaving the member to the proxy.
+// Before: alice's records acknowledged with no output. Now: UNKNOWN_MEMBER_ID
+// and INVALID_RECORD_STATE; alice stages them herself.
+func TestAttackAnotherMembersOffsets(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		produceN(t, s.admin, s.in, 3)
+		a := s.app(t, secAlice)
+		recs := pollNonEmpty(t, ctx, a.consumer, 3)
+		a.begin(t, ctx)
+		bob := s.app(t, secBob)
+		bpid, bepoch := bob.begin(t, ctx)
+		bob.consumer.PollRecords(ctxT(t, 3*time.Second), 1) // bob is a member of the group too
+		m := s.member(t, ctx, a)
+		if res := s.stageAs(t, secBob, bob.txnID, bpid, bepoch, m, recs, 1); res.code != kerr.UnknownMemberID.Code {
+			t.Fatalf("bob naming alice's member: %v (%s), want UNKNOWN_MEMBER_ID", res.err(), res.message)
+		}
+		if res := s.stageAs(t, secBob, bob.txnID, bpid, bepoch, refMember{group: s.group}, recs, 1); res.code != kerr.InvalidRecordState.Code {
+			t.Fatalf("bob with the member left to the proxy: %v (%s), want INVALID_RECORD_STATE", res.err(), res.message)
+		}
+		bob.consumer.Close()
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+	})
+}
+
+// TestAttackAcquisitionErasure: mallory sends one ShareAcknowledge naming
+// a bogus member and alice's offsets; the broker refuses it. Before: the
+// proxy had already cleared every member's acquisitions of the partition
+// and alice's next TxnShareAcknowledge failed. Now: nothing changed.
+func TestAttackAcquisitionErasure(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		produceN(t, s.admin, s.in, 3)
+		a := s.app(t, secAlice)
+		recs := pollNonEmpty(t, ctx, a.consumer, 3)
+		a.begin(t, ctx)
+		c := saslDial(t, s.leaderAddr(t, ctx), secBob)
+		ack := kmsg.NewPtrShareAcknowledgeRequest()
+		ack.Version = 1
+		ack.GroupID, ack.MemberID, ack.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr("bogus-member-0000000000"), 1
+		tp := kmsg.NewShareAcknowledgeRequestTopic()
+		tp.TopicID = topicIDOf(t, s.admin, s.in)
+		pp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+		b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+		b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = 0, 1<<20, []int8{1}
+		pp.AcknowledgementBatches = append(pp.AcknowledgementBatches, b)
+		tp.Partitions = append(tp.Partitions, pp)
+		ack.Topics = append(ack.Topics, tp)
+		c.Write(rawRequest(ack.Key(), 1, 9, ack.AppendTo(nil)))
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		f, err := readResponse(c)
+		if err != nil {
+			t.Fatalf("the bogus ShareAcknowledge got no answer: %v", err)
+		}
+		resp := kmsg.NewPtrShareAcknowledgeResponse()
+		resp.Version = 1
+		if err := resp.ReadFrom(f[5:]); err != nil || resp.ErrorCode == 0 {
+			t.Fatalf("the broker accepted a bogus member's ShareAcknowledge: %v %+v", err, resp)
+		}
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+	})
+}
+
+// leaderAddr is the proxy's listener for the input partition's leader.
+func (s *secCluster) leaderAddr(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	cl := s.p.NewClient(t, &DialRecorder{}, secAuth(secAdmin))
+	md, err := kadm.NewClient(cl).Metadata(ctx, s.in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := md.Topics[s.in].Partitions[0].Leader
+	for _, br := range md.Brokers {
+		if br.NodeID == leader {
+			return net.JoinHostPort(br.Host, strconv.Itoa(int(br.Port)))
+		}
+	}
+	t.Fatalf("no broker %d in the proxy's metadata", leader)
+	return ""
+}
+
+// TestAttackSizeBombs: requests small on the wire and huge in what they
+// name. Before: a 1,304-byte ShareAcknowledge (64 batches of 2^20+1
+// offsets) ran the proxy out of memory; a 50 KB TxnShareAcknowledge (2000
+// partitions × [0, 2^20]) held the engine lock 54 s; many partitions of an
+// unknown topic were answered 14.7× the request's size. Now each is
+// refused or answered within bounds, with alice served throughout.
+func TestAttackSizeBombs(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		produceN(t, s.admin, s.in, 3)
+		a := s.app(t, secAlice)
+		recs := pollNonEmpty(t, ctx, a.consumer, 3)
+		pid, epoch := a.begin(t, ctx)
+		m := s.member(t, ctx, a)
+		topic := topicIDOf(t, s.admin, s.in)
+
+		// 64 batches of [0, 2^40] in one ShareAcknowledge of alice's member.
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := saslDial(t, s.leaderAddr(t, ctx), secMallory)
+		ack := kmsg.NewPtrShareAcknowledgeRequest()
+		ack.Version = 1
+		ack.GroupID, ack.MemberID, ack.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), 1
+		tp := kmsg.NewShareAcknowledgeRequestTopic()
+		tp.TopicID = topic
+		pp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+		for i := int64(0); i < 64; i++ {
+			b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+			b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = i<<41, i<<41+1<<40, []int8{1}
+			pp.AcknowledgementBatches = append(pp.AcknowledgementBatches, b)
+		}
+		tp.Partitions = append(tp.Partitions, pp)
+		ack.Topics = append(ack.Topics, tp)
+		body := ack.AppendTo(nil)
+		c.Write(rawRequest(ack.Key(), 1, 9, body))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		readResponse(c) // the broker's answer (or a close): either is fine
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("wide ShareAcknowledge: %d bytes on the wire; proxy heap %+d KiB", len(body), grew>>10)
+		if grew > 256<<20 {
+			t.Fatalf("a %d-byte ShareAcknowledge grew the heap by %d MiB", len(body), grew>>20)
+		}
+
+		// 2000 partitions × [0, 2^20] in one TxnShareAcknowledge.
+		big := refBody(s.txn[secAlice], pid, epoch, m, topic, 2000, 1<<20)
+		ac := saslDial(t, s.p.Addr, secAlice)
+		start := time.Now()
+		res, ok := refSendOn(t, ac, 1, big)
+		if !ok || res.code != kerr.InvalidRequest.Code {
+			t.Fatalf("2000 partitions × 2^20 offsets: %v %v (%s), want INVALID_REQUEST", ok, res.err(), res.message)
+		}
+		t.Logf("TxnShareAcknowledge of %d bytes naming 2000 × 2^20 offsets refused in %v", len(big), time.Since(start).Round(time.Millisecond))
+
+		// Many partitions of an unknown topic: answered no larger than asked.
+		unknown := refBody(s.txn[secAlice], pid, epoch, m, [16]byte{0xde, 0xad}, 900, 0)
+		ac.Write(rawRequest(refKey, 0, 2, unknown))
+		f, err := readResponse(ac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("900 partitions of an unknown topic: request %d bytes, response %d bytes", len(unknown), len(f))
+		if len(f) > len(unknown)+256 {
+			t.Fatalf("a %d-byte request was answered with %d bytes", len(unknown), len(f))
+		}
+		// Alice was served throughout.
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+	})
+}
+
+// refBody is a TxnShareAcknowledge naming parts partitions of topic, each
+// with one ACCEPT batch [0, last].
+func refBody(txnID string, pid int64, epoch int16, m refMember, topic [16]byte, parts int, last int64) []byte {
+	var b []byte
+	str := func(s string) { b = binary.AppendUvarint(b, uint64(len(s))+1); b = append(b, s...) }
+	str(txnID)
+	str(m.group)
+	b = binary.BigEndian.AppendUint64(b, uint64(pid))
+	b = binary.BigEndian.AppendUint16(b, uint16(epoch))
+	str(m.member)
+	b = binary.BigEndian.AppendUint32(b, uint32(m.epoch))
+	b = append(b, 2)
+	b = append(b, topic[:]...)
+	b = binary.AppendUvarint(b, uint64(parts)+1)
+	for i := 0; i < parts; i++ {
+		b = binary.BigEndian.AppendUint32(b, uint32(i))
+		b = append(b, 2)
+		b = binary.BigEndian.AppendUint64(b, 0)
+		b = binary.BigEndian.AppendUint64(b, uint64(last))
+		b = append(b, 2, 1, 0, 0)
+	}
+	return append(b, 0, 0)
+}
+
+// TestAttackTouchNeedsNoShadowWrite: alice has no ACL on the shadow topic
+// (straight to the broker her write there is refused), yet the Go client's
+// touch record (franz-go sends no EndTxn for a transaction that produced
+// nothing) goes through: the proxy relays it with its own credentials.
+func TestAttackTouchNeedsNoShadowWrite(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		touchPart := 1 - staging.ShadowPartitionFor(s.txn[secAlice], 2)
+		direct, err := kgo.NewClient(kgo.SeedBrokers(s.seeds...), secAuth(secAlice), kgo.DisableIdempotentWrite(),
+			kgo.RequiredAcks(kgo.LeaderAck()), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer direct.Close()
+		if err := direct.ProduceSync(ctx, &kgo.Record{Topic: s.shadow, Partition: touchPart, Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Fatalf("alice straight to the shadow topic: %v, want TOPIC_AUTHORIZATION_FAILED (the ACLs do not hold)", err)
+		}
+		producer := s.p.NewClient(t, &DialRecorder{}, secAuth(secAlice), kgo.TransactionalID(s.txn[secAlice]), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := producer.ProduceSync(ctx, &kgo.Record{Topic: s.shadow, Partition: touchPart, Value: []byte("sharetx-touch")}).FirstErr(); err != nil {
+			t.Fatalf("alice's touch record through the proxy: %v", err)
+		}
+		if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatalf("committing the touched transaction: %v", err)
+		}
+	})
+}
