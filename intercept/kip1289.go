@@ -119,8 +119,8 @@ type session struct {
 	delta    int32
 	last     int32 // upstream epoch of the last request written; -1 none
 	conn     Conn
-	owned    bool   // ident is set: the session was opened through the proxy
-	ident    string // the principal whose connection opened it (identity.go)
+	owned    bool         // ident is set: the session was opened through the proxy
+	ident    string       // the principal whose connection opened it (identity.go)
 	version  int16        // ShareAcknowledge version to inject
 	inflight atomic.Int32 // client requests on the session still waiting for their response
 }
