@@ -242,10 +242,21 @@ func TestKIP1289Refusals(t *testing.T) {
 		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err != nil {
 			t.Fatalf("staging the good offset after a refused call: %v", err)
 		}
-		// Staged twice: INVALID_RECORD_STATE.
-		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md)
+		// The same call again (a retry after a lost answer): the same
+		// success, nothing staged twice; the offset with another type:
+		// INVALID_RECORD_STATE.
+		pending := s.p.KIP().Stats().Pending
+		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err != nil {
+			t.Fatalf("the same call again: %v, want its success again", err)
+		}
+		if p := s.p.KIP().Stats().Pending; p != pending {
+			t.Fatalf("a retried call staged again: %d pending, was %d", p, pending)
+		}
+		rejectIt := client.NewShareAcknowledgements()
+		rejectIt.Add(recs[0], client.Reject)
+		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, rejectIt, s.md)
 		if !errors.Is(err, kerr.InvalidRecordState) {
-			t.Fatalf("already TX_PENDING: %v, want INVALID_RECORD_STATE", err)
+			t.Fatalf("already TX_PENDING with another type: %v, want INVALID_RECORD_STATE", err)
 		}
 
 		// The member as the broker knows it, to name it explicitly.
