@@ -49,10 +49,15 @@ func (p *pending) finish(frame []byte, err error) {
 	close(p.done)
 }
 
-// conn is one client connection paired with one upstream connection.
+// conn is one client connection paired with one upstream connection. The
+// upstream connection is dialed once the client's first request has arrived
+// (attach); until then up is nil.
 type conn struct {
 	s        *Server
 	client   net.Conn
+	cr       *bufio.Reader // reads client
+	first    []byte        // the client's first request, read before the dial
+	upMu     sync.Mutex    // guards up against close while attach sets it
 	up       net.Conn
 	listener string
 	node     int32 // upstream node id, -1 unknown
@@ -76,33 +81,76 @@ type conn struct {
 	holding   atomic.Bool // the client is gone; the upstream stays open for its share sessions
 }
 
-func newConn(s *Server, client, up net.Conn, listener string, node int32) *conn {
+func newConn(s *Server, client net.Conn, listener string, node int32) *conn {
 	max := s.cfg.Limits.MaxInFlight
 	c := &conn{
 		s:        s,
 		client:   client,
-		up:       up,
+		cr:       bufio.NewReaderSize(client, 64<<10),
 		listener: listener,
 		node:     node,
-		upw:      bufio.NewWriterSize(up, 64<<10),
 		upq:      make(chan *pending, max+64),
 		order:    make(chan *pending, max),
 		closed:   make(chan struct{}),
 	}
-	c.log = s.log.With("client", client.RemoteAddr().String(), "listener", listener, "upstream", up.RemoteAddr().String())
+	c.log = s.log.With("client", client.RemoteAddr().String(), "listener", listener)
 	return c
 }
 
-// run serves the pair until either side ends; it closes both.
+// attach pairs c with its upstream connection; node is the upstream's node
+// id (-1 unknown). It returns false, closing up, when c was closed already.
+// It runs before run's goroutines start.
+func (c *conn) attach(up net.Conn, node int32) bool {
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	select {
+	case <-c.closed:
+		up.Close()
+		return false
+	default:
+	}
+	c.up = up
+	c.node = node
+	c.upw = bufio.NewWriterSize(up, 64<<10)
+	c.log = c.log.With("upstream", up.RemoteAddr().String())
+	return true
+}
+
+// run serves the pair until either side ends; it closes both. Without an
+// upstream connection yet, it reads the client's first request, then dials
+// (a client that connects and sends nothing costs the broker nothing).
 func (c *conn) run() {
+	defer func() {
+		reason, _ := c.reason.Load().(string)
+		c.s.metrics.ConnsClosed.WithLabelValues(reason).Inc()
+	}()
+	if c.up == nil {
+		frame, err := c.readRequestFrame()
+		if err != nil {
+			c.clientReadError(err)
+			reason, _ := c.reason.Load().(string)
+			if reason == "" {
+				reason = "client_closed"
+			}
+			c.close(reason)
+			return
+		}
+		c.first = frame
+		up, node, err := c.s.dialFor(c)
+		if err != nil {
+			c.close("upstream_dial_error")
+			return
+		}
+		if !c.attach(up, node) {
+			return
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); c.readClient() }()
 	go func() { defer wg.Done(); c.readUpstream() }()
 	go func() { defer wg.Done(); c.writeClient() }()
 	wg.Wait()
-	reason, _ := c.reason.Load().(string)
-	c.s.metrics.ConnsClosed.WithLabelValues(reason).Inc()
 }
 
 // close ends the pair, recording the first reason given.
@@ -111,7 +159,11 @@ func (c *conn) close(reason string) {
 		c.reason.Store(reason)
 		close(c.closed)
 		c.client.Close()
-		c.up.Close()
+		c.upMu.Lock()
+		if c.up != nil {
+			c.up.Close()
+		}
+		c.upMu.Unlock()
 	})
 }
 
@@ -122,28 +174,36 @@ func (c *conn) drain() {
 	c.client.SetReadDeadline(time.Now())
 }
 
+// readRequestFrame reads the client's next request frame, closing an idle
+// client after timeouts.client_idle.
+func (c *conn) readRequestFrame() ([]byte, error) {
+	if idle := c.s.cfg.Timeouts.ClientIdle; idle > 0 && !c.draining.Load() {
+		c.client.SetReadDeadline(time.Now().Add(idle))
+		if c.draining.Load() { // drain raced with us: keep its deadline
+			c.client.SetReadDeadline(time.Now())
+		}
+	}
+	return ReadFrame(c.cr, c.s.cfg.Limits.MaxFrameBytes)
+}
+
 func (c *conn) readClient() {
 	defer close(c.order)
-	r := bufio.NewReaderSize(c.client, 64<<10)
-	idle := c.s.cfg.Timeouts.ClientIdle
 	// Requests are written upstream unflushed while the client's next
 	// request is already buffered (a pipelined burst becomes one write);
 	// they are flushed before anything here can block.
 	defer c.flushUp()
 	for {
-		if !hasFullFrame(r) {
-			c.flushUp()
-		}
-		if idle > 0 && !c.draining.Load() {
-			c.client.SetReadDeadline(time.Now().Add(idle))
-			if c.draining.Load() { // drain raced with us: keep its deadline
-				c.client.SetReadDeadline(time.Now())
+		frame := c.first
+		c.first = nil
+		if frame == nil {
+			if !hasFullFrame(c.cr) {
+				c.flushUp()
 			}
-		}
-		frame, err := ReadFrame(r, c.s.cfg.Limits.MaxFrameBytes)
-		if err != nil {
-			c.clientReadError(err)
-			return
+			var err error
+			if frame, err = c.readRequestFrame(); err != nil {
+				c.clientReadError(err)
+				return
+			}
 		}
 		hdr, err := ParseRequestHeader(frame)
 		if err != nil {

@@ -276,35 +276,57 @@ func (s *Server) serve(client net.Conn, nodeID int32, label string) {
 		}
 		client = tconn
 	}
-	up, err := s.dialUpstream(nodeID)
-	if err != nil {
-		s.metrics.UpstreamErrs.WithLabelValues("dial").Inc()
-		s.metrics.ConnsClosed.WithLabelValues("upstream_dial_error").Inc()
-		s.log.Warn("closing client connection: cannot reach the upstream broker", "client", client.RemoteAddr().String(), "listener", label, "err", err)
-		client.Close()
-		return
-	}
-	node := nodeID
-	if node < 0 {
-		node = s.nodeForAddr(up.RemoteAddr().String())
-	}
-	c := newConn(s, client, up, label, node)
+	c := newConn(s, client, label, nodeID)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		client.Close()
-		up.Close()
 		return
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	// The upstream is dialed once the client's first request has arrived
+	// (conn.run), so a connection that sends nothing opens nothing upstream.
+	// Until the cluster has answered once, each connection checks it at
+	// once instead: a proxy that cannot reach (or verify) its cluster
+	// refuses clients as they connect, saying why.
+	if !s.ready.Load() {
+		up, node, err := s.dialFor(c)
+		if err != nil {
+			c.close("upstream_dial_error")
+			s.metrics.ConnsClosed.WithLabelValues("upstream_dial_error").Inc()
+			return
+		}
+		if !c.attach(up, node) {
+			return
+		}
+	}
 	active := s.metrics.ConnsActive.WithLabelValues(label)
 	active.Inc()
 	c.run()
 	active.Dec()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
+}
+
+// dialFor connects c's upstream: the broker of its listener, or for the
+// bootstrap listener the first bootstrap server that answers. It returns the
+// upstream's node id (-1 unknown). A failure is counted and logged.
+func (s *Server) dialFor(c *conn) (net.Conn, int32, error) {
+	up, err := s.dialUpstream(c.node)
+	if err != nil {
+		s.metrics.UpstreamErrs.WithLabelValues("dial").Inc()
+		s.log.Warn("closing client connection: cannot reach the upstream broker", "client", c.client.RemoteAddr().String(), "listener", c.listener, "err", err)
+		return nil, 0, err
+	}
+	node := c.node
+	if node < 0 {
+		node = s.nodeForAddr(up.RemoteAddr().String())
+	}
+	return up, node, nil
 }
 
 // nodeForAddr finds the node id of an upstream address, -1 if unknown.
