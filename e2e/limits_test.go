@@ -62,3 +62,50 @@ func TestMaxConnections(t *testing.T) {
 	Wait(t, 10*time.Second, "the proxy to see two clients go", func() bool { return p.ClientConns() == 1 })
 	metadataWorks(t, p) // a franz-go client: a bootstrap and a broker connection
 }
+
+// TestHalfClosedClientGetsItsResponses: a client that pipelines requests and
+// then shuts down its write side (TCP half-close) still gets every response
+// it is owed, the last one a long-poll fetch the broker answers only after
+// its wait, and then the proxy closes the connection.
+func TestHalfClosedClientGetsItsResponses(t *testing.T) {
+	b := FakeBackend(t, 1)
+	p := StartProxy(t, b.Seeds)
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 40
+	var burst []byte
+	for i := int32(0); i < n; i++ {
+		if i%2 == 0 {
+			burst = append(burst, rawRequest(kmsg.ApiVersions.Int16(), 0, 100+i, nil)...)
+		} else {
+			burst = append(burst, rawRequest(kmsg.Metadata.Int16(), 4, 100+i, []byte{0, 0, 0, 0, 0})...)
+		}
+	}
+	fetch := kmsg.NewPtrFetchRequest()
+	fetch.Version = 4
+	fetch.MaxWaitMillis = 500
+	fetch.MinBytes = 1 << 20 // nothing satisfies it: the broker waits the full time
+	fetch.MaxBytes = 1 << 20
+	burst = append(burst, rawRequest(kmsg.Fetch.Int16(), 4, 100+n, fetch.AppendTo(nil))...)
+	if _, err := c.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for i := int32(0); i <= n; i++ {
+		resp, err := readResponse(c)
+		if err != nil {
+			t.Fatalf("response %d of %d after the half-close: %v", i+1, n+1, err)
+		}
+		if got := int32(be32(resp)); got != 100+i {
+			t.Fatalf("response %d has correlation id %d, want %d", i+1, got, 100+i)
+		}
+	}
+	expectClosed(t, c)
+	Wait(t, 10*time.Second, "connections_closed_total{reason=client_closed}", func() bool { return closedCount(p, "client_closed") >= 1 })
+}

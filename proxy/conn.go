@@ -79,6 +79,7 @@ type conn struct {
 	reason    atomic.Value // string: why the pair was closed
 	draining  atomic.Bool
 	holding   atomic.Bool // the client is gone; the upstream stays open for its share sessions
+	clientEOF atomic.Bool // the client closed its side; the responses it is owed go out first
 }
 
 func newConn(s *Server, client net.Conn, listener string, node int32) *conn {
@@ -399,7 +400,11 @@ func (c *conn) clientReadError(err error) {
 	case c.draining.Load():
 		c.stopReading("shutdown")
 	case errors.Is(err, io.EOF):
-		c.clientGone("client_closed")
+		// The client closed its side, or only its write side (TCP
+		// half-close): the two look alike here. Stop reading, deliver the
+		// responses it is owed (writeClient), then end as clientGone does;
+		// a write that fails means it is gone for good.
+		c.clientEOF.Store(true)
 	case errors.Is(err, ErrFrameTooLarge):
 		c.log.Warn("closing connection: request frame too large", "err", err, "limit", c.s.cfg.Limits.MaxFrameBytes)
 		c.stopReading("frame_too_large")
@@ -522,12 +527,19 @@ func (c *conn) upstreamFailed(err error) {
 
 func (c *conn) writeClient() {
 	w := bufio.NewWriterSize(c.client, 64<<10)
+	delivered := false // every response owed was written
 	defer func() {
-		w.Flush()
+		if err := w.Flush(); err != nil {
+			delivered = false
+		}
 		if c.holding.Load() {
 			return // clientGone closes the pair when the hold ends
 		}
 		reason, _ := c.reason.Load().(string)
+		if reason == "" && delivered && c.clientEOF.Load() {
+			c.clientGone("client_closed")
+			return
+		}
 		if reason == "" {
 			reason = "client_closed"
 		}
@@ -541,6 +553,7 @@ func (c *conn) writeClient() {
 		if p == nil {
 			var ok bool
 			if p, ok = <-c.order; !ok {
+				delivered = true
 				return
 			}
 		}
