@@ -18,6 +18,7 @@ type shareState struct {
 	group, member string
 	ident         string // the connection's principal (identity.go)
 	foreign       bool   // another principal's request on a member's session: passed through, changes nothing
+	inStep        bool   // the client's epoch followed the session's: an epoch error is the proxy's
 	held          map[[16]byte]map[int32]bool
 	plans         []*ackPlan // applied once the broker accepted the acknowledgements
 }
@@ -71,11 +72,17 @@ func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bo
 	if !sess.owned || *epoch == 0 {
 		sess.owned, sess.ident = true, st.ident
 	}
+	prev, clientEpoch := sess.last, *epoch
 	if up := sess.translate(r.Conn, *epoch, r.Version); up != *epoch {
 		*epoch = up
 		changed = true
 	}
 	st.epoch = *epoch
+	// The client's own numbering was in step (a new session, a close, or
+	// the next epoch after the last one written): an epoch error is then
+	// the proxy's to count; one the client got by skipping or repeating an
+	// epoch is not.
+	st.inStep = clientEpoch <= 0 || (prev >= 0 && *epoch == prev+1)
 	if *epoch >= 0 {
 		sess.inflight.Add(1)
 		st.counted = true
@@ -113,8 +120,12 @@ func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 	if e == nil || code != kerr.InvalidShareSessionEpoch.Code {
 		return
 	}
-	if st, ok := state.(*shareState); ok && st.foreign {
-		return // not a session the proxy translates: nothing of the proxy's to count
+	if st, ok := state.(*shareState); ok && (st.foreign || !st.inStep) {
+		// Not the proxy's doing: another principal's request, or a client
+		// that skipped or repeated an epoch itself (the broker refuses it
+		// as it would without the proxy). Only the proxy's own mistakes
+		// drive the alert.
+		return
 	}
 	e.m.epochErrors.Inc()
 	if st, ok := state.(*shareState); ok {

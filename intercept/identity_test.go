@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -192,5 +193,39 @@ func TestCallBounds(t *testing.T) {
 	okSize := len(okResponse(req).AppendTo(nil))
 	if got := len(r.AppendTo(nil)); got > okSize+200 {
 		t.Fatalf("refusal of %d partitions is %d bytes, a success %d", len(many.Topics[0].Partitions), got, okSize)
+	}
+}
+
+// TestEpochErrorsCountOnlyTheProxys: INVALID_SHARE_SESSION_EPOCH answered
+// to a client that kept its numbering in step counts against the proxy;
+// one answered to a client that skipped an epoch, or to another principal
+// naming the session, does not (clients cannot drive the alert).
+func TestEpochErrorsCountOnlyTheProxys(t *testing.T) {
+	e := testEngine()
+	c := &fakeConn{done: make(chan struct{})}
+	send := func(ident string, epoch int32) *shareState {
+		st := &shareState{node: 0, group: "g", member: "m", ident: ident}
+		req := kmsg.NewPtrShareFetchRequest()
+		req.ShareSessionEpoch = epoch
+		act := e.onSession(&Request{Conn: c, Key: req.Key(), Version: 1}, st, &req.ShareSessionEpoch, false, req)
+		if act.After != nil {
+			act.After()
+		}
+		return st
+	}
+	count := func() float64 {
+		m := &dto.Metric{}
+		e.m.epochErrors.Write(m)
+		return m.GetCounter().GetValue()
+	}
+	e.noteSessionError(0, send("User:alice", 0), "ShareFetch")
+	e.noteSessionError(kerr.InvalidShareSessionEpoch.Code, send("User:alice", 1), "ShareFetch") // in step
+	if got := count(); got != 1 {
+		t.Fatalf("in-step epoch error counted %v times, want 1", got)
+	}
+	e.noteSessionError(kerr.InvalidShareSessionEpoch.Code, send("User:alice", 7), "ShareFetch")   // skipped 2..6
+	e.noteSessionError(kerr.InvalidShareSessionEpoch.Code, send("User:mallory", 8), "ShareFetch") // not hers
+	if got := count(); got != 1 {
+		t.Fatalf("epoch errors of a skipping client and of a stranger counted: %v, want 1", got)
 	}
 }

@@ -172,14 +172,32 @@ func FuzzDecodeShadowRecord(f *testing.F) {
 	f.Add((&ShadowRecord{}).AppendTo(nil))
 	f.Add([]byte("STXR\x01"))
 	f.Add([]byte{})
+	key := DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
+	f.Add(sampleRecord().AppendSigned(nil, key))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r, err := DecodeShadowRecord(in)
 		if err != nil {
+			if _, verr := VerifyShadowRecord(in, key); verr == nil {
+				t.Fatal("verified what does not decode")
+			}
 			return
 		}
-		// The encoding is canonical: what decodes re-encodes to itself.
-		if out := r.AppendTo(nil); !bytes.Equal(out, in) {
-			t.Fatalf("re-encode differs:\n in %x\nout %x", in, out)
+		// The encoding is canonical: what decodes re-encodes to itself
+		// (a signed record's fields, before its MAC).
+		switch r.Version {
+		case ShadowVersion:
+			if out := r.AppendTo(nil); !bytes.Equal(out, in) {
+				t.Fatalf("re-encode differs:\n in %x\nout %x", in, out)
+			}
+		case SignedShadowVersion:
+			if out := r.appendFields(nil, SignedShadowVersion); !bytes.Equal(out, in[:len(in)-macLen]) {
+				t.Fatalf("re-encode differs:\n in %x\nout %x", in, out)
+			}
+		}
+		// Only the record signed with the key verifies under it.
+		_, verr := VerifyShadowRecord(in, key)
+		if signed := bytes.Equal(r.AppendSigned(nil, key), in); (verr == nil) != signed {
+			t.Fatalf("verify %v, but signed with the key: %v", verr, signed)
 		}
 	})
 }
