@@ -196,7 +196,9 @@
 // asynchronously, send the acknowledgements while they are in flight, then
 // Flush and EndTransaction: the proxy's shadow write overlaps the produce
 // and no touch is written. The shadow topic must have at least two
-// partitions.
+// partitions. The application's principal needs no WRITE on the shadow topic
+// (DESCRIBE only, to look up its partitions): the proxy relays the touch
+// record of the caller's own transaction with its own credentials.
 //
 // # Limits
 //
