@@ -33,8 +33,9 @@ type ackPlan struct {
 	drop     []int64    // the member's plain entries to forget
 }
 
-// expandLimit: a batch of at most this many offsets is looked at offset by
-// offset; a wider one only at the offsets the proxy has state for.
+// expandLimit: an acknowledgement of at most this many offsets in all is
+// looked at offset by offset; a wider one only at the offsets the proxy has
+// state for.
 var expandLimit int64 = 4096
 
 // validBatch reports whether b is well-formed, without expanding it.
@@ -129,9 +130,21 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 		}
 		return false
 	}
+	// Offset by offset only while the whole request names few offsets: the
+	// work under the engine lock is then bounded by expandLimit per
+	// request, else by the proxy's state (wideHeld), never by the ranges.
+	var width int64
+	for _, b := range batches {
+		width += b.last - b.first + 1
+		if width > expandLimit || width < 0 {
+			width = expandLimit + 1
+			break
+		}
+	}
+	perOffset := width <= expandLimit
 	for _, b := range batches {
 		var hold []interval
-		if b.last-b.first < expandLimit {
+		if perOffset {
 			for o := b.first; o <= b.last; o++ {
 				if decide(b, o) {
 					if n := len(hold); n > 0 && hold[n-1].last == o-1 {
