@@ -151,6 +151,11 @@ type Limits struct {
 	// listeners; past it a new connection is closed as soon as it is
 	// accepted.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxBufferedResponseBytes bounds, per connection, the bytes of
+	// responses read from the broker and not yet written to the client;
+	// at it the proxy stops reading from the broker until the client reads
+	// (it reads on while below it: at most the limit plus one response).
+	MaxBufferedResponseBytes int `yaml:"max_buffered_response_bytes"`
 }
 
 // Timeouts of the proxy itself.
@@ -197,9 +202,10 @@ func Default() Config {
 			MetadataRefresh: 30 * time.Second,
 		},
 		Limits: Limits{
-			MaxFrameBytes:  100 << 20,
-			MaxInFlight:    128,
-			MaxConnections: 10000,
+			MaxFrameBytes:            100 << 20,
+			MaxInFlight:              128,
+			MaxConnections:           10000,
+			MaxBufferedResponseBytes: 64 << 20,
 		},
 		Timeouts: Timeouts{
 			ShutdownGrace: 10 * time.Second,
@@ -481,6 +487,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxConnections < 1 || c.Limits.MaxConnections > 1_000_000 {
 		return errorf("limits.max_connections", "%d is outside 1..1000000", c.Limits.MaxConnections)
+	}
+	if c.Limits.MaxBufferedResponseBytes < 1024 || c.Limits.MaxBufferedResponseBytes > 1<<40 {
+		return errorf("limits.max_buffered_response_bytes", "%d is outside 1024..1099511627776 (default 67108864)", c.Limits.MaxBufferedResponseBytes)
 	}
 	if c.Timeouts.ShutdownGrace < 0 {
 		return errorf("timeouts.shutdown_grace", "must not be negative")

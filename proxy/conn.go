@@ -30,10 +30,11 @@ type pending struct {
 	local bool // answered by the proxy: frame is set once done is closed
 	state any  // from the request hook, for the response rewriter
 
-	upCorr int32
-	frame  []byte // the response frame, set before done is closed
-	err    error
-	done   chan struct{}
+	upCorr  int32
+	frame   []byte // the response frame, set before done is closed
+	counted int    // bytes of frame counted in conn.buffered until written
+	err     error
+	done    chan struct{}
 
 	// inject is set for the proxy's own requests: their responses go to it
 	// and never to the client.
@@ -80,6 +81,18 @@ type conn struct {
 	draining  atomic.Bool
 	holding   atomic.Bool // the client is gone; the upstream stays open for its share sessions
 	clientEOF atomic.Bool // the client closed its side; the responses it is owed go out first
+
+	// Back-pressure on responses (limits.max_buffered_response_bytes):
+	// readUpstream stops reading while buffered is at the limit, so a client
+	// that does not read its responses leaves them in the broker's socket,
+	// not in the proxy's memory.
+	bufMu      sync.Mutex
+	bufCond    sync.Cond // on bufMu: buffered fell, an injection started, or writing ended
+	buffered   int       // bytes of responses read from upstream and not yet written to the client
+	bufPeak    int       // the most buffered ever was
+	pauses     int       // times readUpstream waited for the client
+	writerDone bool      // writeClient stopped (or the pair closed): nothing is released any more
+	injecting  int       // the proxy's own requests waiting for their response
 }
 
 func newConn(s *Server, client net.Conn, listener string, node int32) *conn {
@@ -94,6 +107,7 @@ func newConn(s *Server, client net.Conn, listener string, node int32) *conn {
 		order:    make(chan *pending, max),
 		closed:   make(chan struct{}),
 	}
+	c.bufCond.L = &c.bufMu
 	c.log = s.log.With("client", client.RemoteAddr().String(), "listener", listener)
 	return c
 }
@@ -165,7 +179,73 @@ func (c *conn) close(reason string) {
 			c.up.Close()
 		}
 		c.upMu.Unlock()
+		c.stopBackPressure()
 	})
+}
+
+// awaitResponseRoom holds readUpstream back while the responses read and not
+// yet written to the client reach limits.max_buffered_response_bytes. One
+// response is always let in below the limit, so one larger than the limit
+// still passes. The wait ends early while one of the proxy's own requests
+// waits for its answer (it is behind the client's responses on the wire, and
+// an acknowledgement being applied must not wait for a slow client) and when
+// writeClient stops.
+func (c *conn) awaitResponseRoom() {
+	limit := c.s.cfg.Limits.MaxBufferedResponseBytes
+	c.bufMu.Lock()
+	defer c.bufMu.Unlock()
+	paused := false
+	for c.buffered >= limit && c.injecting == 0 && !c.writerDone {
+		if !paused {
+			paused = true
+			c.pauses++
+			if c.pauses == 1 {
+				c.log.Info("pausing reads from the upstream broker: the responses this client has not read yet reached limits.max_buffered_response_bytes; the broker waits until it reads (logged once per connection)",
+					"buffered_bytes", c.buffered, "limit", limit)
+			}
+		}
+		c.bufCond.Wait()
+	}
+}
+
+// countResponse adds a response read from upstream for the client.
+func (c *conn) countResponse(p *pending) {
+	c.bufMu.Lock()
+	p.counted = len(p.frame)
+	c.buffered += p.counted
+	c.bufPeak = max(c.bufPeak, c.buffered)
+	c.bufMu.Unlock()
+}
+
+// releaseResponse subtracts a response written to the client.
+func (c *conn) releaseResponse(p *pending) {
+	if p.counted == 0 {
+		return
+	}
+	c.bufMu.Lock()
+	c.buffered -= p.counted
+	p.counted = 0
+	c.bufCond.Broadcast()
+	c.bufMu.Unlock()
+}
+
+// injected counts the proxy's own requests waiting for an answer (d is +1
+// when one is sent, -1 when it is answered).
+func (c *conn) injected(d int) {
+	c.bufMu.Lock()
+	c.injecting += d
+	c.bufCond.Broadcast()
+	c.bufMu.Unlock()
+}
+
+// stopBackPressure lets readUpstream read freely once nothing writes to the
+// client any more (the pair is closing, or held for a gone client's share
+// sessions).
+func (c *conn) stopBackPressure() {
+	c.bufMu.Lock()
+	c.writerDone = true
+	c.bufCond.Broadcast()
+	c.bufMu.Unlock()
 }
 
 // drain stops reading requests; responses to those already read are still
@@ -472,6 +552,7 @@ func (c *conn) answerLocally(h RequestHeader) []byte {
 func (c *conn) readUpstream() {
 	r := bufio.NewReaderSize(c.up, 64<<10)
 	for {
+		c.awaitResponseRoom()
 		frame, err := readResponseFrame(r, c.s.cfg.Limits.MaxFrameBytes)
 		if err == nil && len(frame) < 8 {
 			err = ErrFrameTooSmall
@@ -491,6 +572,12 @@ func (c *conn) readUpstream() {
 		if err != nil {
 			c.upstreamFailed(err)
 			return
+		}
+		if p.inject != nil {
+			c.injected(-1)
+		} else {
+			p.frame = frame
+			c.countResponse(p)
 		}
 		p.finish(frame, nil)
 	}
@@ -528,6 +615,7 @@ func (c *conn) upstreamFailed(err error) {
 func (c *conn) writeClient() {
 	w := bufio.NewWriterSize(c.client, 64<<10)
 	delivered := false // every response owed was written
+	defer c.stopBackPressure()
 	defer func() {
 		if err := w.Flush(); err != nil {
 			delivered = false
@@ -590,6 +678,7 @@ func (c *conn) writeClient() {
 			}
 			putFrameBuf(p.frame)
 			p.frame = nil
+			c.releaseResponse(p)
 		}
 		// Flush unless the next response can go out right behind this one.
 		// (Waiting for the next request's response instead, as a check of
@@ -700,6 +789,7 @@ func (c *conn) StartInject(req kmsg.Request) (func(context.Context) (kmsg.Respon
 	p.upCorr = corr
 	select {
 	case c.upq <- p:
+		c.injected(+1)
 	default:
 		c.wmu.Unlock()
 		return nil, errors.New("too many requests in flight on this connection")
