@@ -156,6 +156,10 @@ type Limits struct {
 	// at it the proxy stops reading from the broker until the client reads
 	// (it reads on while below it: at most the limit plus one response).
 	MaxBufferedResponseBytes int `yaml:"max_buffered_response_bytes"`
+	// MaxDecodedRequestBytes bounds the requests the proxy decodes whole
+	// (the share-group and transaction requests it intercepts, not
+	// Produce); a larger one closes the connection.
+	MaxDecodedRequestBytes int `yaml:"max_decoded_request_bytes"`
 }
 
 // Timeouts of the proxy itself.
@@ -206,6 +210,7 @@ func Default() Config {
 			MaxInFlight:              128,
 			MaxConnections:           10000,
 			MaxBufferedResponseBytes: 64 << 20,
+			MaxDecodedRequestBytes:   1 << 20,
 		},
 		Timeouts: Timeouts{
 			ShutdownGrace: 10 * time.Second,
@@ -490,6 +495,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxBufferedResponseBytes < 1024 || c.Limits.MaxBufferedResponseBytes > 1<<40 {
 		return errorf("limits.max_buffered_response_bytes", "%d is outside 1024..1099511627776 (default 67108864)", c.Limits.MaxBufferedResponseBytes)
+	}
+	if c.Limits.MaxDecodedRequestBytes < 1024 || c.Limits.MaxDecodedRequestBytes > c.Limits.MaxFrameBytes {
+		return errorf("limits.max_decoded_request_bytes", "%d is outside 1024..limits.max_frame_bytes (%d; default 1048576)", c.Limits.MaxDecodedRequestBytes, c.Limits.MaxFrameBytes)
 	}
 	if c.Timeouts.ShutdownGrace < 0 {
 		return errorf("timeouts.shutdown_grace", "must not be negative")

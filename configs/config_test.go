@@ -75,6 +75,7 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{yaml: "limits:\n  max_connections: 0\n", key: "limits.max_connections"},
 		{env: "SHARETX_LIMITS_MAX_CONNECTIONS=-5", key: "limits.max_connections"},
 		{yaml: "limits:\n  max_buffered_response_bytes: 100\n", key: "limits.max_buffered_response_bytes"},
+		{yaml: "limits:\n  max_decoded_request_bytes: 2000000\n  max_frame_bytes: 1000000\n", key: "limits.max_decoded_request_bytes"},
 		{yaml: "upstream:\n  bootstrap_servers: [nohost]\n", key: "upstream.bootstrap_servers"},
 		{yaml: "upstream:\n  dial_timeout: -1s\n", key: "upstream.dial_timeout"},
 		{yaml: "log:\n  level: loud\n", key: "log.level"},

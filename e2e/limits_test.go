@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // roundTrip sends an ApiVersions v0 request on c and reads its answer.
@@ -108,4 +110,89 @@ func TestHalfClosedClientGetsItsResponses(t *testing.T) {
 	}
 	expectClosed(t, c)
 	Wait(t, 10*time.Second, "connections_closed_total{reason=client_closed}", func() bool { return closedCount(p, "client_closed") >= 1 })
+}
+
+// heartbeatFrame is a ShareGroupHeartbeat (decoded by the proxy) joining
+// group g with topics subscribed topics: its size grows with them.
+func heartbeatFrame(corr int32, g string, topics int) []byte {
+	hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+	hb.SetVersion(1)
+	hb.GroupID, hb.MemberID, hb.MemberEpoch = g, "m-limits-0123456789abcdef", 0
+	for i := 0; i < topics; i++ {
+		hb.SubscribedTopicNames = append(hb.SubscribedTopicNames, "topic-with-a-long-name-"+strconv.Itoa(i))
+	}
+	return rawRequest(kmsg.ShareGroupHeartbeat.Int16(), 1, corr, hb.AppendTo(nil))
+}
+
+// TestMaxDecodedRequestBytes: a request the proxy decodes whole that is
+// larger than limits.max_decoded_request_bytes closes its connection, after
+// the response owed to the request before it, with a log line and a metric;
+// one within the limit and a larger Produce (not decoded whole) pass.
+func TestMaxDecodedRequestBytes(t *testing.T) {
+	b := FakeBackend(t, 1)
+	p := StartProxy(t, b.Seeds, func(c *configs.Config) { c.Limits.MaxDecodedRequestBytes = 4096 })
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	t.Run("within the limit", func(t *testing.T) {
+		c := dial()
+		f := heartbeatFrame(5, Unique("g"), 10)
+		if len(f)-4 > 4096 {
+			t.Fatalf("the small heartbeat is %d bytes", len(f)-4)
+		}
+		c.Write(f)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if resp, err := readResponse(c); err != nil || int32(be32(resp)) != 5 {
+			t.Fatalf("a heartbeat within the limit was not answered: %v", err)
+		}
+		// Produce is not decoded whole: one over the limit passes (and is
+		// answered, here with an unknown topic).
+		prod := kmsg.NewPtrProduceRequest()
+		prod.SetVersion(7)
+		prod.Acks, prod.TimeoutMillis = 1, 5000
+		pt := kmsg.NewProduceRequestTopic()
+		pt.Topic = Unique("no-such-topic")
+		pp := kmsg.NewProduceRequestTopicPartition()
+		pp.Records = make([]byte, 8000)
+		pt.Partitions = append(pt.Partitions, pp)
+		prod.Topics = append(prod.Topics, pt)
+		c.Write(rawRequest(kmsg.Produce.Int16(), 7, 6, prod.AppendTo(nil)))
+		if resp, err := readResponse(c); err != nil || int32(be32(resp)) != 6 {
+			t.Fatalf("a produce request over the limit was not forwarded and answered: %v", err)
+		}
+	})
+	t.Run("heartbeat over the limit", func(t *testing.T) {
+		c := dial()
+		big := heartbeatFrame(8, Unique("g"), 200)
+		if len(big)-4 <= 4096 {
+			t.Fatalf("the big heartbeat is only %d bytes", len(big)-4)
+		}
+		c.Write(append(rawRequest(kmsg.ApiVersions.Int16(), 0, 7, nil), big...))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if resp, err := readResponse(c); err != nil || int32(be32(resp)) != 7 {
+			t.Fatalf("the response owed before the refused request was lost: %v", err)
+		}
+		expectClosed(t, c)
+		Wait(t, 10*time.Second, "connections_closed_total{reason=decoded_request_too_large}", func() bool {
+			return closedCount(p, "decoded_request_too_large") >= 1
+		})
+		if !p.Logs.Contains("limits.max_decoded_request_bytes") {
+			t.Error("no log line naming limits.max_decoded_request_bytes")
+		}
+	})
+	t.Run("TxnShareAcknowledge over the limit", func(t *testing.T) {
+		c := dial()
+		c.Write(rawRequest(kip1289.DefaultKey, 0, 9, make([]byte, 5000)))
+		expectClosed(t, c)
+		Wait(t, 10*time.Second, "a second decoded_request_too_large close", func() bool {
+			return closedCount(p, "decoded_request_too_large") >= 2
+		})
+	})
+	metadataWorks(t, p)
 }

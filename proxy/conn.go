@@ -307,6 +307,9 @@ func (c *conn) readClient() {
 			}
 			hdr.BodyOffset += n
 			hdr.Flexible = true
+			if !c.decodable(hdr, frame) {
+				return
+			}
 			act = kip.TxnHook(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
 			if !c.handleLocal(hdr, act) {
 				return
@@ -338,6 +341,9 @@ func (c *conn) readClient() {
 		recycle := true
 		if hook := intercept.Hook(hdr.Key); hook != nil {
 			recycle = hdr.Key == kmsg.Produce.Int16()
+			if !recycle && !c.decodable(hdr, frame) {
+				return
+			}
 			act = hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
 			if act.Local != nil || act.Async != nil || act.Close != "" {
 				if !c.handleLocal(hdr, act) {
@@ -379,6 +385,28 @@ func (c *conn) readClient() {
 			putFrameBuf(frame) // copied into upw or written out
 		}
 	}
+}
+
+// decodable reports whether a request the proxy decodes whole (one with a
+// request hook, Produce aside, whose hook reads only a few fields; and
+// TxnShareAcknowledge) is within limits.max_decoded_request_bytes. Decoded,
+// a frame can take some sixteen times its size (arrays of nearly empty
+// elements), and these requests are small in practice. A larger one closes
+// the connection, once the responses owed to earlier requests are written,
+// as a broker closes on a frame over its socket limit.
+func (c *conn) decodable(hdr RequestHeader, frame []byte) bool {
+	limit := c.s.cfg.Limits.MaxDecodedRequestBytes
+	if len(frame)-4 <= limit {
+		return true
+	}
+	api := kmsg.NameForKey(hdr.Key)
+	if kip := c.s.env.KIP; kip != nil && kip.Serves(hdr.Key) {
+		api = "TxnShareAcknowledge"
+	}
+	c.log.Warn("closing connection: a request the proxy decodes is larger than limits.max_decoded_request_bytes",
+		"api", api, "api_key", hdr.Key, "version", hdr.Version, "bytes", len(frame)-4, "limit", limit, "client_id", deref(hdr.ClientID))
+	c.stopReading("decoded_request_too_large")
+	return false
 }
 
 // handleLocal carries out a hook's decision to answer (now or later) or to

@@ -60,7 +60,7 @@ func NewMetrics() *Metrics {
 	m.ConnsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_connections_total",
 		Help: "Client connections accepted, by listener."}, []string{"listener"})
 	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "connections_closed_total",
-		Help: "Connection pairs closed, by reason (client_closed, upstream_closed, frame_too_large, malformed_frame, unknown_api_key, idle, shutdown, max_connections, ...)."}, []string{"reason"})
+		Help: "Connection pairs closed, by reason (client_closed, upstream_closed, frame_too_large, malformed_frame, unknown_api_key, idle, shutdown, max_connections, decoded_request_too_large, ...)."}, []string{"reason"})
 	m.UpstreamErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "upstream_errors_total",
 		Help: "Errors talking to upstream brokers, by kind (dial, read, write, decode, discovery)."}, []string{"kind"})
 	m.Rewrites = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "rewrites_total",
