@@ -50,6 +50,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 	defer extra.Close()
 	expectClosed(t, extra)
+	Wait(t, 10*time.Second, "connections_closed_total{reason=max_connections}", func() bool { return closedCount(p, "max_connections") >= 1 })
 	if n := closedCount(p, "max_connections"); n != 1 {
 		t.Errorf("connections_closed_total{reason=max_connections} = %v, want 1", n)
 	}

@@ -237,7 +237,6 @@ func (s *Server) admit(c net.Conn, label string) bool {
 		return true
 	}
 	s.clientConns.Add(-1)
-	c.Close()
 	s.metrics.ConnsClosed.WithLabelValues("max_connections").Inc()
 	// A flood of connections must not become a flood of log lines: one a
 	// second at most, with the count since the last.
@@ -252,6 +251,7 @@ func (s *Server) admit(c net.Conn, label string) bool {
 		s.log.Warn("refusing client connection: limits.max_connections are open already (closed at once; sharetx_connections_closed_total{reason=\"max_connections\"})",
 			"limit", limit, "client", c.RemoteAddr().String(), "listener", label, "refused_since_last_line", n)
 	}
+	c.Close() // after the metric and the log line: the client may look at them once it sees the close
 	return false
 }
 
