@@ -177,6 +177,37 @@ func (a *app) begin(t *testing.T, ctx context.Context) (int64, int16) {
 	return pid, epoch
 }
 
+// aliceStarted is every attack's start: n records in the input, alice
+// polled them through the proxy and began a transaction.
+func (s *secCluster) aliceStarted(t *testing.T, n int) (context.Context, *app, []*kgo.Record, int64, int16) {
+	t.Helper()
+	ctx := ctxT(t, 2*time.Minute)
+	produceN(t, s.admin, s.in, n)
+	a := s.app(t, secAlice)
+	recs := pollNonEmpty(t, ctx, a.consumer, n)
+	pid, epoch := a.begin(t, ctx)
+	return ctx, a, recs, pid, epoch
+}
+
+// shareAckFrame is a ShareAcknowledge v1 frame of member's session (epoch
+// 1) acknowledging (ACCEPT) the ranges on partition 0 of topic.
+func shareAckFrame(group, member string, topic [16]byte, ranges [][2]int64) []byte {
+	ack := kmsg.NewPtrShareAcknowledgeRequest()
+	ack.Version = 1
+	ack.GroupID, ack.MemberID, ack.ShareSessionEpoch = kmsg.StringPtr(group), kmsg.StringPtr(member), 1
+	tp := kmsg.NewShareAcknowledgeRequestTopic()
+	tp.TopicID = topic
+	pp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+	for _, r := range ranges {
+		b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+		b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = r[0], r[1], []int8{1}
+		pp.AcknowledgementBatches = append(pp.AcknowledgementBatches, b)
+	}
+	tp.Partitions = append(tp.Partitions, pp)
+	ack.Topics = append(ack.Topics, tp)
+	return rawRequest(ack.Key(), 1, 9, ack.AppendTo(nil))
+}
+
 // saslDial opens a raw connection to addr authenticated as user with PLAIN
 // (SaslHandshake v1, SaslAuthenticate v2), or unauthenticated for "".
 func saslDial(t *testing.T, addr, user string) net.Conn {
@@ -345,11 +376,7 @@ func TestAttackForgedShadowRecordChangesNothing(t *testing.T) {
 // SASL; nothing is staged (alice stages the same offset herself).
 func TestAttackUnauthenticatedStaging(t *testing.T) {
 	secBackends(t, func(t *testing.T, s *secCluster) {
-		ctx := ctxT(t, 2*time.Minute)
-		produceN(t, s.admin, s.in, 1)
-		a := s.app(t, secAlice)
-		recs := pollNonEmpty(t, ctx, a.consumer, 1)
-		pid, epoch := a.begin(t, ctx)
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, 1)
 		m := s.member(t, ctx, a)
 		ids := map[string][16]byte{s.in: topicIDOf(t, s.admin, s.in)}
 		c := saslDial(t, s.p.Addr, "")
@@ -366,11 +393,7 @@ func TestAttackUnauthenticatedStaging(t *testing.T) {
 // as the reference broker answers, with a message that names no number.
 func TestAttackAnotherPrincipalsTransaction(t *testing.T) {
 	secBackends(t, func(t *testing.T, s *secCluster) {
-		ctx := ctxT(t, 2*time.Minute)
-		produceN(t, s.admin, s.in, 1)
-		a := s.app(t, secAlice)
-		recs := pollNonEmpty(t, ctx, a.consumer, 1)
-		pid, epoch := a.begin(t, ctx)
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, 1)
 		res := s.stageAs(t, secMallory, a.txnID, pid, epoch, s.member(t, ctx, a), recs, 3)
 		if res.code != kerr.TransactionalIDAuthorizationFailed.Code {
 			t.Fatalf("mallory into alice's transaction: %v (%s), want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", res.err(), res.message)
@@ -389,11 +412,7 @@ func TestAttackAnotherPrincipalsTransaction(t *testing.T) {
 // and INVALID_RECORD_STATE; alice stages them herself.
 func TestAttackAnotherMembersOffsets(t *testing.T) {
 	secBackends(t, func(t *testing.T, s *secCluster) {
-		ctx := ctxT(t, 2*time.Minute)
-		produceN(t, s.admin, s.in, 3)
-		a := s.app(t, secAlice)
-		recs := pollNonEmpty(t, ctx, a.consumer, 3)
-		a.begin(t, ctx)
+		ctx, a, recs, _, _ := s.aliceStarted(t, 3)
 		bob := s.app(t, secBob)
 		bpid, bepoch := bob.begin(t, ctx)
 		bob.consumer.PollRecords(ctxT(t, 3*time.Second), 1) // bob is a member of the group too
@@ -415,24 +434,9 @@ func TestAttackAnotherMembersOffsets(t *testing.T) {
 // and alice's next TxnShareAcknowledge failed. Now: nothing changed.
 func TestAttackAcquisitionErasure(t *testing.T) {
 	secBackends(t, func(t *testing.T, s *secCluster) {
-		ctx := ctxT(t, 2*time.Minute)
-		produceN(t, s.admin, s.in, 3)
-		a := s.app(t, secAlice)
-		recs := pollNonEmpty(t, ctx, a.consumer, 3)
-		a.begin(t, ctx)
+		ctx, a, recs, _, _ := s.aliceStarted(t, 3)
 		c := saslDial(t, s.leaderAddr(t, ctx), secBob)
-		ack := kmsg.NewPtrShareAcknowledgeRequest()
-		ack.Version = 1
-		ack.GroupID, ack.MemberID, ack.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr("bogus-member-0000000000"), 1
-		tp := kmsg.NewShareAcknowledgeRequestTopic()
-		tp.TopicID = topicIDOf(t, s.admin, s.in)
-		pp := kmsg.NewShareAcknowledgeRequestTopicPartition()
-		b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
-		b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = 0, 1<<20, []int8{1}
-		pp.AcknowledgementBatches = append(pp.AcknowledgementBatches, b)
-		tp.Partitions = append(tp.Partitions, pp)
-		ack.Topics = append(ack.Topics, tp)
-		c.Write(rawRequest(ack.Key(), 1, 9, ack.AppendTo(nil)))
+		c.Write(shareAckFrame(s.group, "bogus-member-0000000000", topicIDOf(t, s.admin, s.in), [][2]int64{{0, 1 << 20}}))
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
 		f, err := readResponse(c)
 		if err != nil {
@@ -473,11 +477,7 @@ func (s *secCluster) leaderAddr(t *testing.T, ctx context.Context) string {
 // refused or answered within bounds, with alice served throughout.
 func TestAttackSizeBombs(t *testing.T) {
 	secBackends(t, func(t *testing.T, s *secCluster) {
-		ctx := ctxT(t, 2*time.Minute)
-		produceN(t, s.admin, s.in, 3)
-		a := s.app(t, secAlice)
-		recs := pollNonEmpty(t, ctx, a.consumer, 3)
-		pid, epoch := a.begin(t, ctx)
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, 3)
 		m := s.member(t, ctx, a)
 		topic := topicIDOf(t, s.admin, s.in)
 
@@ -491,21 +491,12 @@ func TestAttackSizeBombs(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		c := saslDial(t, s.leaderAddr(t, ctx), secMallory)
-		ack := kmsg.NewPtrShareAcknowledgeRequest()
-		ack.Version = 1
-		ack.GroupID, ack.MemberID, ack.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), 1
-		tp := kmsg.NewShareAcknowledgeRequestTopic()
-		tp.TopicID = topic
-		pp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+		var wide [][2]int64
 		for i := int64(0); i < 64; i++ {
-			b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
-			b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = i<<21, i<<21+1<<20, []int8{1}
-			pp.AcknowledgementBatches = append(pp.AcknowledgementBatches, b)
+			wide = append(wide, [2]int64{i << 21, i<<21 + 1<<20})
 		}
-		tp.Partitions = append(tp.Partitions, pp)
-		ack.Topics = append(ack.Topics, tp)
-		body := ack.AppendTo(nil)
-		c.Write(rawRequest(ack.Key(), 1, 9, body))
+		body := shareAckFrame(s.group, m.member, topic, wide)
+		c.Write(body)
 		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		readResponse(c) // the broker's answer (or a close): either is fine
 		var after runtime.MemStats
