@@ -3,7 +3,9 @@ package intercept
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"sync"
 
@@ -28,10 +30,12 @@ import (
 // The principal is read from the SASL exchange the broker accepted: PLAIN's
 // authentication id and SCRAM's user name are the user name Kafka's default
 // principal builder turns into User:<name>, so "User:alice" through PLAIN
-// and through SCRAM is one identity. Other mechanisms (OAUTHBEARER, GSSAPI)
-// carry the principal in a form the proxy does not read; such a connection
-// is identified by its mechanism and its first authentication token, so
-// only connections that presented the same token share an identity. A
+// and through SCRAM is one identity; OAUTHBEARER's is the token's subject
+// claim (Kafka's default principal for it), User:<sub> too. Other
+// mechanisms (GSSAPI) carry the principal in a form the proxy does not
+// read; such a connection is identified by its mechanism and its first
+// authentication token, so only connections that presented the same token
+// share an identity (with Kerberos, none do: see docs/operations.md). A
 // connection that did not authenticate is "" (the broker's ANONYMOUS).
 
 // connIdent is a connection's SASL progress.
@@ -123,13 +127,56 @@ func (e *KIP1289) saslAuthenticated(c Conn, token []byte) {
 				id = "User:" + u
 			}
 		}
+	case m == "OAUTHBEARER":
+		// The broker validated the token; its principal is the token's
+		// subject (Kafka's default sasl.oauthbearer.sub.claim.name).
+		if sub, ok := oauthSubject(ci.first); ok {
+			id = "User:" + sub
+		} else {
+			id = tokenIdent(m, ci.first)
+		}
 	default:
-		sum := sha256.Sum256(ci.first)
-		id = m + ":" + hex.EncodeToString(sum[:12])
+		id = tokenIdent(m, ci.first)
 	}
 	if id != "" && (ci.ident == "" || ci.ident == id) {
 		ci.ident = id
 	}
+}
+
+// tokenIdent identifies a connection of a mechanism whose principal the
+// proxy does not read by its first token.
+func tokenIdent(mech string, first []byte) string {
+	sum := sha256.Sum256(first)
+	return mech + ":" + hex.EncodeToString(sum[:12])
+}
+
+// oauthSubject reads the "sub" claim of the JWT in an OAUTHBEARER initial
+// client response (RFC 7628: gs2-header, then "auth=Bearer <token>" between
+// 0x01 separators). The signature is not checked: the broker did that, and
+// accepted the exchange.
+func oauthSubject(first []byte) (string, bool) {
+	for _, kv := range strings.Split(string(first), "\x01") {
+		tok, ok := strings.CutPrefix(kv, "auth=Bearer ")
+		if !ok {
+			continue
+		}
+		parts := strings.Split(strings.TrimSpace(tok), ".")
+		if len(parts) != 3 {
+			return "", false
+		}
+		payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+		if err != nil {
+			return "", false
+		}
+		var claims struct {
+			Sub string `json:"sub"`
+		}
+		if json.Unmarshal(payload, &claims) != nil || claims.Sub == "" {
+			return "", false
+		}
+		return claims.Sub, true
+	}
+	return "", false
 }
 
 // scramUser reads the user name of a SCRAM client-first message

@@ -2,6 +2,9 @@ package intercept
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,14 +48,27 @@ func TestSASLIdentity(t *testing.T) {
 	if got := e.identOf(scram); got != "User:alice" {
 		t.Fatalf("SCRAM: %q", got)
 	}
-	oauth1, oauth2 := &fakeConn{done: make(chan struct{})}, &fakeConn{done: make(chan struct{})}
-	for _, c := range []*fakeConn{oauth1, oauth2} {
-		e.saslHandshake(c, "OAUTHBEARER")
+	// OAUTHBEARER: two tokens of one subject are one identity, the
+	// subject's; a token that is not a JWT identifies its connection only.
+	jwt := func(sub string, n int) string {
+		h := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256"}`))
+		p := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"sub":%q,"iat":%d}`, sub, n)))
+		return h + "." + p + ".c2ln"
 	}
-	e.saslAuthenticated(oauth1, []byte("n,,\x01auth=Bearer token-1\x01\x01"))
-	e.saslAuthenticated(oauth2, []byte("n,,\x01auth=Bearer token-2\x01\x01"))
-	if a, b := e.identOf(oauth1), e.identOf(oauth2); a == "" || b == "" || a == b {
-		t.Fatalf("OAUTHBEARER identities %q %q: want distinct, non-empty", a, b)
+	conns := make([]*fakeConn, 4)
+	for i := range conns {
+		conns[i] = &fakeConn{done: make(chan struct{})}
+		e.saslHandshake(conns[i], "OAUTHBEARER")
+	}
+	e.saslAuthenticated(conns[0], []byte("n,,\x01auth=Bearer "+jwt("alice", 1)+"\x01\x01"))
+	e.saslAuthenticated(conns[1], []byte("n,,\x01auth=Bearer "+jwt("alice", 2)+"\x01\x01"))
+	e.saslAuthenticated(conns[2], []byte("n,,\x01auth=Bearer opaque-1\x01\x01"))
+	e.saslAuthenticated(conns[3], []byte("n,,\x01auth=Bearer opaque-2\x01\x01"))
+	if a, b := e.identOf(conns[0]), e.identOf(conns[1]); a != "User:alice" || b != "User:alice" {
+		t.Fatalf("OAUTHBEARER JWTs of alice: %q %q, want User:alice", a, b)
+	}
+	if a, b := e.identOf(conns[2]), e.identOf(conns[3]); a == "" || b == "" || a == b || strings.HasPrefix(a, "User:") {
+		t.Fatalf("opaque OAUTHBEARER tokens: %q %q: want distinct token identities", a, b)
 	}
 	if u, ok := scramUser([]byte("n,a=x,n=we=2Cird=3Dname,r=1")); !ok || u != "we,ird=name" {
 		t.Fatalf("escaped SCRAM user: %q %v", u, ok)
