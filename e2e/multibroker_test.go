@@ -33,13 +33,23 @@ func TestThreeBrokersLeadersSpread(t *testing.T) {
 			}
 		}
 
-		md, err := adm.Metadata(ctx, topic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The client answers Metadata from its cache for a few seconds
+		// (kgo's metadata min age): the moves above show once it expires.
 		leaders := map[int32]bool{}
-		for _, pd := range md.Topics[topic].Partitions {
-			leaders[pd.Leader] = true
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			md, err := adm.Metadata(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaders = map[int32]bool{}
+			for _, pd := range md.Topics[topic].Partitions {
+				leaders[pd.Leader] = true
+			}
+			if len(leaders) >= 3 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
 		if len(leaders) < 3 {
 			t.Fatalf("leaders on %d brokers, want 3 (%v)", len(leaders), leaders)
