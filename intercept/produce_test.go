@@ -73,3 +73,35 @@ func FuzzProduceTxn(f *testing.F) {
 		produceTxn(body, version) // must not panic
 	})
 }
+
+// TestProduceNames: the shadow topic is found by name (by id from v13) in
+// any topic of a Produce request, at every version, and a request without
+// it (or truncated) is not taken for one with it.
+func TestProduceNames(t *testing.T) {
+	id := "orders-1"
+	for v := int16(3); v <= (&kmsg.ProduceRequest{}).MaxVersion(); v++ {
+		body := produceBody(t, v, &id, 0x10, 77, 3)
+		if !produceNames(body, v, "out", [16]byte{1}) {
+			t.Errorf("v%d: topic out (id 1) not found", v)
+		}
+		if produceNames(body, v, "__sharetx_shadow", [16]byte{9}) {
+			t.Errorf("v%d: a topic the request does not name was found", v)
+		}
+		for n := 0; n < len(body); n++ {
+			produceNames(body[:n], v, "out", [16]byte{1}) // no panic on truncation
+		}
+		// The shadow topic second, after a topic of two partitions.
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = v
+		if err := req.ReadFrom(body); err != nil {
+			t.Fatal(err)
+		}
+		req.Topics[0].Partitions = append(req.Topics[0].Partitions, req.Topics[0].Partitions[0])
+		second := req.Topics[0]
+		second.Topic, second.TopicID = "__sharetx_shadow", [16]byte{9}
+		req.Topics = append(req.Topics, second)
+		if !produceNames(req.AppendTo(nil), v, "__sharetx_shadow", [16]byte{9}) {
+			t.Errorf("v%d: the shadow topic as the second topic not found", v)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package intercept
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -53,8 +52,8 @@ func (e *KIP1289) relayTouch(r *Request, t produceTxnState) *Action {
 	id, n, ok := e.shadowTopicID()
 	name := e.cfg.ShadowTopic
 	body := r.Body()
-	if !ok || n == 0 || !(bytes.Contains(body, []byte(name)) || (r.Version >= 13 && bytes.Contains(body, id[:]))) {
-		return nil // cheap pre-filter: the shadow topic is not named
+	if !ok || n == 0 || !produceNames(body, r.Version, name, id) {
+		return nil // the shadow topic is not named: the common case, nothing decoded
 	}
 	e.mu.Lock()
 	ti, known := e.txns[t.txnID]
@@ -150,4 +149,60 @@ func (e *KIP1289) mergeRelayed(sp *touchSplit, resp *kmsg.ProduceResponse) {
 		}
 	}
 	resp.Topics = append(resp.Topics, rt)
+}
+
+// produceNames reports whether a Produce request names topic (by name, or
+// by id from v13), walking its topics and partitions without reading the
+// records: the cost is per partition, not per byte.
+func produceNames(body []byte, version int16, topic string, id [16]byte) bool {
+	if version < 3 {
+		return false
+	}
+	r := &reader{b: body}
+	flexible := version >= 9
+	str := func() string {
+		if flexible {
+			return r.compactString()
+		}
+		return string(r.take(int(r.int16())))
+	}
+	arrayLen := func() int {
+		if flexible {
+			return r.compactLen(1)
+		}
+		return int(r.int32())
+	}
+	if flexible {
+		r.compactNullableString() // transactional id
+	} else if n := int(r.int16()); n > 0 {
+		r.take(n)
+	}
+	r.int16() // acks
+	r.int32() // timeout
+	topics := arrayLen()
+	for i := 0; i < topics && r.err == nil; i++ {
+		if version >= 13 {
+			if r.uuid() == id {
+				return true
+			}
+		} else if str() == topic {
+			return true
+		}
+		parts := arrayLen()
+		for j := 0; j < parts && r.err == nil; j++ {
+			r.int32() // partition
+			if flexible {
+				if n := r.compactLen(1); n > 0 {
+					r.take(n)
+				}
+				r.tags()
+			} else if n := int(r.int32()); n > 0 {
+				r.take(n)
+			}
+		}
+		if flexible {
+			r.tags()
+		}
+	}
+	return false
 }
