@@ -23,10 +23,17 @@ func startTestProxy(t *testing.T, mod func(*configs.Config)) (*Server, *kfake.Cl
 		t.Fatal(err)
 	}
 	t.Cleanup(fake.Close)
+	return startTestServer(t, fake.ListenAddrs(), mod), fake
+}
+
+// startTestServer starts a proxy in front of seeds on a free port, shut
+// down when the test ends.
+func startTestServer(t *testing.T, seeds []string, mod func(*configs.Config)) *Server {
+	t.Helper()
 	cfg := configs.Default()
 	cfg.Listen.Bootstrap = "127.0.0.1:0"
 	cfg.Listen.BrokerPortBase = 0
-	cfg.Upstream.BootstrapServers = fake.ListenAddrs()
+	cfg.Upstream.BootstrapServers = seeds
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -42,7 +49,7 @@ func startTestProxy(t *testing.T, mod func(*configs.Config)) (*Server, *kfake.Cl
 		defer cancel()
 		s.Shutdown(ctx)
 	})
-	return s, fake
+	return s
 }
 
 // TestPipelinedOrderUnderBackPressure: a client that pipelines far more

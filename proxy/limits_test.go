@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -67,26 +66,8 @@ func startProxyVia(t *testing.T, mod func(*configs.Config)) (*Server, *forwarder
 	}
 	t.Cleanup(fake.Close)
 	fwd := startForwarder(t, fake.ListenAddrs()[0])
-	cfg := configs.Default()
-	cfg.Listen.Bootstrap = "127.0.0.1:0"
-	cfg.Listen.BrokerPortBase = 0
-	cfg.Upstream.BootstrapServers = []string{fwd.ln.Addr().String()}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	s := startTestServer(t, []string{fwd.ln.Addr().String()}, mod)
 	s.ready.Store(true)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
 	return s, fwd
 }
 
