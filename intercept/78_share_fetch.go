@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/upstream"
 )
 
 // shareState is what a ShareFetch/ShareAcknowledge request leaves for its
@@ -49,69 +51,40 @@ func (s *shareState) hold(topic [16]byte, partition int32) {
 	s.held[topic][partition] = true
 }
 
+// sessionKey is the share session a request names.
+func (st *shareState) sessionKey() upstream.SessionKey {
+	return upstream.SessionKey{Node: st.node, Group: st.group, Member: st.member}
+}
+
 // onSession translates the request's share-session epoch (epoch points
 // into req) and returns the action: the session stays locked until the
 // request is written, so epochs reach the broker in the order assigned.
 func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) Action {
-	sess := e.session(st.node, st.group, st.member)
-	sess.mu.Lock()
-	if sess.owned && sess.ident != st.ident {
-		// Another principal naming this member's session: the broker
-		// decides (it authorises the caller and checks the epoch); the
-		// proxy's view of the session, the epoch translation and the
-		// connection it applies acknowledgements on, are not the caller's
-		// to move.
-		sess.mu.Unlock()
+	step := e.sessions.Get(st.sessionKey()).Begin(r.Conn, st.ident, *epoch, r.Version)
+	act := Action{State: st, After: step.Unlock}
+	if step.Foreign {
 		st.foreign = true
-		act := Action{State: st}
-		if changed {
-			act.Body = req.AppendTo(nil) // held offsets stay held
-		}
-		return act
-	}
-	if !sess.owned || *epoch == 0 {
-		sess.owned, sess.ident = true, st.ident
-	}
-	prev, clientEpoch := sess.last, *epoch
-	if up := sess.translate(r.Conn, *epoch, r.Version); up != *epoch {
-		*epoch = up
+	} else if step.Epoch != *epoch {
+		*epoch = step.Epoch
 		changed = true
 	}
-	st.epoch = *epoch
-	// The client's own numbering was in step (a new session, a close, or
-	// the next epoch after the last one written): an epoch error is then
-	// the proxy's to count; one the client got by skipping or repeating an
-	// epoch is not.
-	st.inStep = clientEpoch <= 0 || (prev >= 0 && *epoch == prev+1)
-	if *epoch >= 0 {
-		sess.inflight.Add(1)
-		st.counted = true
-	}
+	st.epoch, st.inStep, st.counted = *epoch, step.InStep, step.Counted
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
-		e.log.Debug("share session request", "key", r.Key, "node", st.node, "member", st.member, "epoch", *epoch, "last", sess.last, "delta", sess.delta)
+		e.log.Debug("share session request", "key", r.Key, "node", st.node, "member", st.member, "epoch", *epoch, "foreign", step.Foreign)
 	}
-	act := Action{After: sess.mu.Unlock, State: st}
 	if changed {
-		act.Body = req.AppendTo(nil)
+		act.Body = req.AppendTo(nil) // held offsets stay held, also on a foreign request
 	}
 	return act
 }
 
-// responded marks a client request of a share session answered. It must
-// not take the session's mu: the connection's read loop may hold it while
-// it waits for the response path to make room (max_in_flight).
+// responded marks a client request of a share session answered.
 func (e *KIP1289) responded(state any) {
 	st, ok := state.(*shareState)
 	if e == nil || !ok || !st.counted {
 		return
 	}
-	sess := e.session(st.node, st.group, st.member)
-	for {
-		n := sess.inflight.Load()
-		if n <= 0 || sess.inflight.CompareAndSwap(n, n-1) {
-			return
-		}
-	}
+	e.sessions.Get(st.sessionKey()).Responded()
 }
 
 // noteSessionError counts INVALID_SHARE_SESSION_EPOCH answers to clients.
@@ -129,12 +102,7 @@ func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 	}
 	e.m.epochErrors.Inc()
 	if st, ok := state.(*shareState); ok {
-		var last, delta int32 = -2, -2 // unknown when the session is busy (never wait here: see responded)
-		sess := e.session(st.node, st.group, st.member)
-		if sess.mu.TryLock() {
-			last, delta = sess.last, sess.delta
-			sess.mu.Unlock()
-		}
+		last, delta := e.sessions.Get(st.sessionKey()).Peek()
 		e.log.Warn("a client got INVALID_SHARE_SESSION_EPOCH", "api", api, "sent_epoch", st.epoch, "node", st.node,
 			"group", st.group, "member", st.member, "session_last", last, "session_delta", delta)
 	}

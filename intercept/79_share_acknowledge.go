@@ -152,13 +152,6 @@ func (e *KIP1289) holdClose(r *Request, st *shareState, req *kmsg.ShareAcknowled
 			e.log.Warn("closing a share session with acknowledgements still not applied (kip1289.close_hold passed)",
 				"group", st.group, "member", st.member, "node", st.node)
 		}
-		sess := e.session(st.node, st.group, st.member)
-		sess.mu.Lock()
-		wait, err := r.Conn.StartInject(req)
-		if err == nil {
-			sess.last = -1
-		}
-		sess.mu.Unlock()
 		fail := func(err error) kmsg.Response {
 			resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
 			resp.ErrorCode = kerr.UnknownServerError.Code
@@ -166,16 +159,12 @@ func (e *KIP1289) holdClose(r *Request, st *shareState, req *kmsg.ShareAcknowled
 			resp.ErrorMessage = &msg
 			return resp
 		}
-		if err != nil {
-			return fail(err)
-		}
 		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
 		defer cancel()
-		out, err := wait(ctx)
+		resp, err := e.sessions.Get(st.sessionKey()).Close(ctx, r.Conn, req)
 		if err != nil {
 			return fail(err)
 		}
-		resp := out.(*kmsg.ShareAcknowledgeResponse)
 		if resp.ErrorCode == 0 {
 			e.applyPlans(st, ackCodes(resp))
 		}

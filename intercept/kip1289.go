@@ -19,11 +19,8 @@ import (
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/staging"
+	"github.com/sharetx/sharetx/upstream"
 )
-
-// errRenewUnsupported: the member's session speaks ShareAcknowledge < v2,
-// which has no RENEW (Kafka 4.2+).
-var errRenewUnsupported = errors.New("the share session uses ShareAcknowledge < v2, which cannot renew acquisition locks (Kafka 4.2+ and a client using v2 are needed)")
 
 // ShadowWriter writes a shadow record inside a client's transaction.
 type ShadowWriter interface {
@@ -50,14 +47,13 @@ type KIP1289 struct {
 	proxyID    string
 	m          kipMetrics
 
-	mu       sync.Mutex
-	members  map[memberKey]memberInfo
-	sessions map[sessionKey]*session
-	txns     map[string]txnInfo
-	parts    map[partKey]*partState
-	topics   map[string]map[[16]byte]bool // group → topic ids seen acquired
-	staged   map[[2]int64]*stagedCall     // shadow partition, offset
-	pending  int                          // offsets STAGING..COMMITTED
+	mu      sync.Mutex
+	members map[memberKey]memberInfo
+	txns    map[string]txnInfo
+	parts   map[partKey]*partState
+	topics  map[string]map[[16]byte]bool // group → topic ids seen acquired
+	staged  map[[2]int64]*stagedCall     // shadow partition, offset
+	pending int                          // offsets STAGING..COMMITTED
 
 	lastRejectLog time.Time // rate-limits the warning about untrusted shadow records
 
@@ -80,19 +76,10 @@ type KIP1289 struct {
 	conflict    atomic.Bool // the cluster advertises our key
 	requireAuth atomic.Bool // the upstream requires SASL: unauthenticated callers are closed
 
-	// side sends a request to a broker on the proxy's own connection. The
-	// broker takes a member's ShareAcknowledge on any connection when the
-	// member id and session epoch are right, so committed acks need not wait
-	// behind a long-poll ShareFetch on the client's connection.
-	side func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)
-}
-
-// SetSideChannel installs the proxy's own connection to the brokers for
-// applying acknowledgements (see KIP1289.side).
-func (e *KIP1289) SetSideChannel(fn func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.side = fn
+	// sessions are the members' share sessions as the proxy translates
+	// them; the proxy's own requests go on them (upstream/sessions.go).
+	sessions *upstream.Sessions
+	side     upstream.SideChannel // the proxy's own connection (touch.go relays on it)
 }
 
 type kipMetrics struct {
@@ -111,23 +98,10 @@ type kipMetrics struct {
 	shadowRejected *prometheus.CounterVec
 }
 
-// session is a member's share session on one broker, as the proxy
-// translates it: the client numbers its requests 0,1,2,...; the proxy adds
-// delta (the requests it injected) before they go upstream.
-type session struct {
-	mu       sync.Mutex
-	delta    int32
-	last     int32 // upstream epoch of the last request written; -1 none
-	conn     Conn
-	owned    bool         // ident is set: the session was opened through the proxy
-	ident    string       // the principal whose connection opened it (identity.go)
-	version  int16        // ShareAcknowledge version to inject
-	inflight atomic.Int32 // client requests on the session still waiting for their response
-}
-
-// NewKIP1289 builds the engine. writer may be nil until the shadow topic is
-// ready (SetWriter).
-func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer) *KIP1289 {
+// NewKIP1289 builds the engine; side is the proxy's own connection to the
+// brokers (upstream.SideChannel). The shadow writer comes when the shadow
+// topic is ready (SetWriter).
+func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, side upstream.SideChannel) *KIP1289 {
 	def := configs.Default().KIP1289
 	if cfg.MaxOffsetsPerCall <= 0 {
 		cfg.MaxOffsetsPerCall = def.MaxOffsetsPerCall
@@ -141,17 +115,16 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		id = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	e := &KIP1289{
-		cfg:      cfg,
-		key:      int16(cfg.APIKey),
-		log:      log,
-		proxyID:  id,
-		members:  map[memberKey]memberInfo{},
-		readers:  map[string]map[string]bool{},
-		sessions: map[sessionKey]*session{},
-		txns:     map[string]txnInfo{},
-		parts:    map[partKey]*partState{},
-		topics:   map[string]map[[16]byte]bool{},
-		staged:   map[[2]int64]*stagedCall{},
+		cfg:     cfg,
+		key:     int16(cfg.APIKey),
+		log:     log,
+		proxyID: id,
+		members: map[memberKey]memberInfo{},
+		readers: map[string]map[string]bool{},
+		txns:    map[string]txnInfo{},
+		parts:   map[partKey]*partState{},
+		topics:  map[string]map[[16]byte]bool{},
+		staged:  map[[2]int64]*stagedCall{},
 
 		known:        map[partKey][]*knownRange{},
 		knownAt:      map[[2]int64][]knownRef{},
@@ -161,6 +134,8 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		waitRecovery: redeliveryBarrierTimeout,
 	}
 	e.applyCtx, e.applyCancel = context.WithCancel(context.Background())
+	e.sessions = upstream.NewSessions(e.applyCtx, side, log)
+	e.side = side
 	f := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",
 		Help: "Records staged by TxnShareAcknowledge and not yet applied upstream (TX_PENDING or committed)."})
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "txn_share_acknowledge_total",
@@ -356,42 +331,6 @@ func (e *KIP1289) acquired(ident string, node int32, group, member string, topic
 		}
 		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, member: member, ident: ident, node: node, deadline: deadline, lock: lock})
 	}
-}
-
-// session returns the share session of member on node.
-func (e *KIP1289) session(node int32, group, member string) *session {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	k := sessionKey{node, group, member}
-	s := e.sessions[k]
-	if s == nil {
-		s = &session{last: -1}
-		e.sessions[k] = s
-	}
-	return s
-}
-
-// translate maps the client's session epoch to the upstream one; s.mu must
-// be held until the request is written.
-func (s *session) translate(conn Conn, clientEpoch int32, version int16) int32 {
-	s.conn = conn
-	if version > 2 {
-		version = 2
-	}
-	s.version = version
-	switch {
-	case clientEpoch == 0: // a new session
-		s.delta = 0
-		s.last = 0
-		s.inflight.Store(0)
-		return 0
-	case clientEpoch < 0: // closing
-		s.last = -1
-		return clientEpoch
-	}
-	up := clientEpoch + s.delta
-	s.last = up
-	return up
 }
 
 // ---------------------------------------------------------------- staging
@@ -698,7 +637,7 @@ func (e *KIP1289) apply(call *stagedCall) {
 }
 
 func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[int64]int8) error {
-	resp, err := e.sendOnSession(node, call.group, call.member, buildAckRequest(call.group, call.member, parts))
+	resp, err := e.sessions.Send(upstream.SessionKey{Node: node, Group: call.group, Member: call.member}, buildAckRequest(call.group, call.member, parts))
 	if err != nil {
 		e.m.applyFailures.WithLabelValues("session_unavailable").Inc()
 		return err
@@ -730,117 +669,6 @@ func buildAckRequest(group, member string, parts map[partKey]map[int64]int8) *km
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 	}
 	return req
-}
-
-// sendOnSession sends req on member's share session on node, with the
-// session's next epoch, retrying an epoch the broker is not at yet.
-func (e *KIP1289) sendOnSession(node int32, group, member string, req *kmsg.ShareAcknowledgeRequest) (*kmsg.ShareAcknowledgeResponse, error) {
-	sess := e.session(node, group, member)
-	var lastErr error
-	for attempt := 0; attempt < 10; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-e.applyCtx.Done():
-				return nil, e.applyCtx.Err()
-			case <-time.After(time.Duration(attempt*attempt) * 2 * time.Millisecond):
-			}
-		}
-		sess.mu.Lock()
-		conn := sess.conn
-		if conn == nil || sess.last < 0 {
-			sess.mu.Unlock()
-			lastErr = errors.New("the member has no open share session through this proxy")
-			continue
-		}
-		select {
-		case <-conn.Done():
-			sess.mu.Unlock()
-			lastErr = errors.New("the member's share session connection closed (its records were released)")
-			continue
-		default:
-		}
-		req.Version = sess.version
-		if req.IsRenewAck && req.Version < 2 {
-			sess.mu.Unlock()
-			return nil, errRenewUnsupported
-		}
-		epoch := sess.last + 1
-		req.ShareSessionEpoch = epoch
-		e.mu.Lock()
-		side := e.side
-		e.mu.Unlock()
-		if side != nil && sess.inflight.Load() == 0 && attempt < 8 {
-			// On the proxy's own connection, holding the session so no
-			// client request takes the epoch meanwhile. Only while no
-			// client request of the session is in flight: a real broker
-			// answers a waiting long-poll ShareFetch with
-			// INVALID_SHARE_SESSION_EPOCH once another request moved the
-			// session on. (Behind a pending fetch, the injection goes on
-			// the client's own connection below: the broker reads it only
-			// after answering the fetch.) A client request still on its way
-			// makes ours early: the broker answers
-			// INVALID_SHARE_SESSION_EPOCH, changes nothing, and we retry.
-			ctx, cancel := context.WithTimeout(e.applyCtx, 10*time.Second)
-			r, err := side(ctx, node, req)
-			cancel()
-			resp, _ := r.(*kmsg.ShareAcknowledgeResponse)
-			if err == nil && resp != nil && resp.ErrorCode != kerr.InvalidShareSessionEpoch.Code {
-				sess.last = epoch
-				sess.delta++
-			}
-			e.log.Debug("sent on the side channel", "node", node, "member", member, "epoch", epoch, "err", err, "code", func() int16 {
-				if resp != nil {
-					return resp.ErrorCode
-				}
-				return -2
-			}())
-			sess.mu.Unlock()
-			switch {
-			case err != nil:
-				lastErr = err
-				continue
-			case resp == nil:
-				lastErr = errors.New("unexpected response type")
-				continue
-			case resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code:
-				e.log.Debug("applying acknowledgements: epoch not yet current, retrying", "node", node, "epoch", epoch, "attempt", attempt)
-				lastErr = kerr.ErrorForCode(resp.ErrorCode)
-				continue
-			}
-			return resp, nil
-		}
-		wait, err := conn.StartInject(req)
-		if err == nil {
-			sess.last = epoch
-			sess.delta++
-		}
-		sess.mu.Unlock()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
-		r, err := wait(ctx)
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		resp := r.(*kmsg.ShareAcknowledgeResponse)
-		if resp.ErrorCode == kerr.InvalidShareSessionEpoch.Code {
-			// The broker did not count it: undo our step and retry.
-			sess.mu.Lock()
-			if sess.last == epoch {
-				sess.last--
-				sess.delta--
-			}
-			sess.mu.Unlock()
-			lastErr = kerr.ErrorForCode(resp.ErrorCode)
-			continue
-		}
-		return resp, nil
-	}
-	return nil, lastErr
 }
 
 // applied accounts for the broker's answer to an applied acknowledgement.
@@ -904,24 +732,7 @@ func (e *KIP1289) Prune(now time.Time) {
 			delete(e.parts, k)
 		}
 	}
-	// Sessions whose connection closed: the broker dropped them too (a new
-	// connection opens a new session at epoch 0).
-	for k, s := range e.sessions {
-		if s.mu.TryLock() {
-			closed := false
-			if s.conn != nil {
-				select {
-				case <-s.conn.Done():
-					closed = true
-				default:
-				}
-			}
-			s.mu.Unlock()
-			if closed {
-				delete(e.sessions, k)
-			}
-		}
-	}
+	e.sessions.Prune()
 }
 
 // Stats is a snapshot of the engine for tests, benchmarks and logs.
@@ -944,10 +755,8 @@ type Stats struct {
 func (e *KIP1289) Stats() Stats {
 	e.mu.Lock()
 	st := Stats{Pending: e.pending}
-	for _, s := range e.sessions {
-		st.InFlight += int(s.inflight.Load())
-	}
 	e.mu.Unlock()
+	st.InFlight = e.sessions.InFlight()
 	var m dto.Metric
 	if h, ok := e.m.applyLatency.(prometheus.Metric); ok && h.Write(&m) == nil && m.Histogram != nil {
 		hist := m.Histogram
@@ -1032,31 +841,6 @@ func (e *KIP1289) waitHeld(node int32, group, member string, d time.Duration) bo
 	return true
 }
 
-// sessionsOn lists the share sessions whose last request came on c.
-func (e *KIP1289) sessionsOn(c Conn) []sessionKey {
-	e.mu.Lock()
-	all := make(map[sessionKey]*session, len(e.sessions))
-	for k, s := range e.sessions {
-		all[k] = s
-	}
-	e.mu.Unlock()
-	var out []sessionKey
-	for k, s := range all {
-		// Never wait for a session here: the caller may be the response
-		// path, which the read loop (holding a session) may wait on. A
-		// busy session counts as on c, which can only make a hold longer.
-		on := true
-		if s.mu.TryLock() {
-			on = s.conn == c && s.last >= 0
-			s.mu.Unlock()
-		}
-		if on {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // HoldsSessionsOn reports whether a share session on connection c has
 // acknowledgements staged or committed and not yet applied: closing c's
 // upstream connection would release those records.
@@ -1064,8 +848,8 @@ func (e *KIP1289) HoldsSessionsOn(c Conn) bool {
 	if e.cfg.CloseHold <= 0 {
 		return false
 	}
-	for _, k := range e.sessionsOn(c) {
-		if e.heldFor(k.node, k.group, k.member) > 0 {
+	for _, k := range e.sessions.On(c) {
+		if e.heldFor(k.Node, k.Group, k.Member) > 0 {
 			return true
 		}
 	}
@@ -1103,7 +887,7 @@ func (e *KIP1289) renewLoop() {
 
 // renewDue renews every held record with less than half its lock left.
 func (e *KIP1289) renewDue(now time.Time) {
-	due := map[sessionKey]map[partKey]map[int64]int8{}
+	due := map[upstream.SessionKey]map[partKey]map[int64]int8{}
 	e.mu.Lock()
 	for k, ps := range e.parts {
 		for o, st := range ps.offsets {
@@ -1111,7 +895,7 @@ func (e *KIP1289) renewDue(now time.Time) {
 				continue
 			}
 			st.renewing = true
-			sk := sessionKey{st.node, k.group, st.member}
+			sk := upstream.SessionKey{Node: st.node, Group: k.group, Member: st.member}
 			if due[sk] == nil {
 				due[sk] = map[partKey]map[int64]int8{}
 			}
@@ -1127,14 +911,14 @@ func (e *KIP1289) renewDue(now time.Time) {
 	}
 }
 
-func (e *KIP1289) renew(sk sessionKey, parts map[partKey]map[int64]int8) {
-	req := buildAckRequest(sk.group, sk.member, parts)
+func (e *KIP1289) renew(sk upstream.SessionKey, parts map[partKey]map[int64]int8) {
+	req := buildAckRequest(sk.Group, sk.Member, parts)
 	req.IsRenewAck = true
 	sent := time.Now()
-	resp, err := e.sendOnSession(sk.node, sk.group, sk.member, req)
+	resp, err := e.sessions.Send(sk, req)
 	result := "ok"
 	switch {
-	case errors.Is(err, errRenewUnsupported):
+	case errors.Is(err, upstream.ErrRenewUnsupported):
 		result = "unsupported"
 		e.log.Warn("cannot renew the acquisition locks of staged records: a transaction must end within the lock duration", "err", err)
 	case err != nil:

@@ -39,11 +39,6 @@ type memberInfo struct {
 	ident string
 }
 
-type sessionKey struct {
-	node          int32
-	group, member string
-}
-
 // offState is one acquired offset.
 type offState struct {
 	member      string

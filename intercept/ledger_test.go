@@ -44,7 +44,7 @@ func TestCompressExpand(t *testing.T) {
 func testEngine() *KIP1289 {
 	cfg := configs.Default().KIP1289
 	cfg.MaxPendingRecords = 8
-	return NewKIP1289(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	return NewKIP1289(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 }
 
 func acq(first, last int64) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {

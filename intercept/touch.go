@@ -58,8 +58,8 @@ func (e *KIP1289) relayTouch(r *Request, t produceTxnState) *Action {
 	e.mu.Lock()
 	ti, known := e.txns[t.txnID]
 	owned := known && ti.producerID == t.producerID && ti.ownedBy(t.ident)
-	side := e.side
 	e.mu.Unlock()
+	side := e.side
 	if !owned || side == nil {
 		return nil
 	}

@@ -92,9 +92,6 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	s.mu.Unlock()
 	s.checkRenew(ctx, cl)
 	kip.SetWriter(w, n)
-	kip.SetSideChannel(func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
-		return cl.Broker(int(node)).Request(ctx, req)
-	})
 	go func() {
 		tk := time.NewTicker(30 * time.Second)
 		defer tk.Stop()

@@ -32,6 +32,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	dialer  *upstream.Dialer
+	up      *upstream.Client // the proxy's own client (side channel, shadow topic)
 	tls     *tls.Config
 	env     *intercept.Env
 	advHost string
@@ -97,8 +98,17 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		nodes:   map[int32]*node{},
 		conns:   map[*conn]struct{}{},
 	}
+	// The proxy's own client: discovery, the shadow topic, and the side
+	// channel its own share-session requests go on. It connects on first use.
+	s.up, err = upstream.NewClient(cfg.Upstream.BootstrapServers, d, cfg.Upstream.SASL)
+	if err != nil {
+		return nil, err
+	}
+	side := func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+		return s.up.Broker(int(node)).Request(ctx, req)
+	}
 	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions,
-		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry)}
+		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, side)}
 	return s, nil
 }
 
@@ -508,6 +518,7 @@ func (s *Server) Kill() {
 	if tailer != nil {
 		tailer.Close()
 	}
+	s.up.Close()
 }
 
 // Shutdown stops accepting, lets requests already read finish and their
@@ -519,6 +530,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.tailer != nil {
 		defer s.tailer.Close()
 	}
+	defer s.up.Close()
 	defer s.env.KIP.Close()
 	s.stopAcceptingLocked()
 	for c := range s.conns {
