@@ -5,18 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/internal/promstat"
 	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/staging"
 	"github.com/sharetx/sharetx/upstream"
@@ -80,21 +79,17 @@ type KIP1289 struct {
 	// them; the proxy's own requests go on them (upstream/sessions.go).
 	sessions *upstream.Sessions
 	side     upstream.SideChannel // the proxy's own connection (touch.go relays on it)
+	applier  *upstream.Applier    // sends committed acks, releases and RENEWs on the sessions
 }
 
 type kipMetrics struct {
 	pending        prometheus.Gauge
 	calls          *prometheus.CounterVec
 	markers        *prometheus.CounterVec
-	applyLatency   prometheus.Histogram
-	applyFailures  *prometheus.CounterVec
 	absorbed       prometheus.Counter
 	epochErrors    prometheus.Counter
-	renewals       *prometheus.CounterVec
 	known          prometheus.Gauge
 	redelivered    *prometheus.CounterVec
-	canRenew       prometheus.Gauge
-	released       prometheus.Counter
 	shadowRejected *prometheus.CounterVec
 }
 
@@ -142,46 +137,29 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		Help: "TxnShareAcknowledge calls, by result (ok or the Kafka error name)."}, []string{"result"})
 	markers := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "markers_total",
 		Help: "Staged shadow records resolved, by type (commit, abort) and by what resolved them first (end_txn: the EndTxn response seen on the client connection; marker: the control marker in the shadow partition)."}, []string{"type", "via"})
-	lat := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "commit_to_applied_seconds",
-		Help:    "From the COMMIT marker being read to the acknowledgement applied upstream.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10}})
-	fails := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "upstream_ack_failures_total",
-		Help: "Committed acknowledgements the broker did not apply, by error."}, []string{"error"})
 	absorbed := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_acks_absorbed_total",
 		Help: "Offsets a client acknowledged itself while they were TX_PENDING or committed; never forwarded."})
 	epochErrs := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_share_session_epoch_errors_total",
 		Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."})
-	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "lock_renewals_total",
-		Help: "RENEWs of the acquisition locks of staged or committed records, by result (ok, unsupported: the session cannot renew, or the error)."}, []string{"result"})
 	known := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_known_records",
 		Help: "Shadow records (of any proxy) whose staged or committed acknowledgements the proxy remembers, to screen redelivered records."})
 	redelivered := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "redelivered_records_total",
 		Help: "Redelivered records taken out of ShareFetch responses, by outcome: committed (acknowledged by the proxy with the committed type), held_open (held for a transaction still open), held_then_committed, held_then_aborted (released), and unverified (the shadow topic could not be read to its end in time; handed to the client)."}, []string{"outcome"})
-	canRenew := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "lock_renewal_supported",
-		Help: "1 when the cluster speaks ShareAcknowledge v2 (RENEW, Kafka 4.2+), so staged records' locks are kept alive; 0 when a transaction must end within the acquisition lock duration."})
-	released := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "aborted_records_released_total",
-		Help: "Records of aborted transactions the proxy released upstream at once (AVAILABLE for redelivery), as a broker with KIP-1289 does."})
 	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_records_rejected_total",
 		Help: "Shadow records read from the shadow topic and ignored, by reason: unsigned, bad_signature, copied (a signed record in another producer's batch), undecodable, implausible_range. Anything above 0 means someone other than sharetx writes the shadow topic."}, []string{"reason"})
 	if reg != nil {
-		reg.MustRegister(f, calls, markers, lat, fails, absorbed, epochErrs, renewals, known, redelivered, canRenew, released, rejected)
+		reg.MustRegister(f, calls, markers, absorbed, epochErrs, known, redelivered, rejected)
 	}
-	e.m = kipMetrics{pending: f, calls: calls, markers: markers, applyLatency: lat, applyFailures: fails, absorbed: absorbed,
-		epochErrors: epochErrs, renewals: renewals, known: known, redelivered: redelivered, canRenew: canRenew, released: released,
-		shadowRejected: rejected}
+	e.m = kipMetrics{pending: f, calls: calls, markers: markers, absorbed: absorbed,
+		epochErrors: epochErrs, known: known, redelivered: redelivered, shadowRejected: rejected}
+	e.applier = upstream.NewApplier(e.sessions, log, reg)
 	go e.renewLoop()
 	return e
 }
 
-// SetRenewSupported records whether the cluster can renew acquisition locks
-// (ShareAcknowledge v2, Kafka 4.2+).
-func (e *KIP1289) SetRenewSupported(ok bool) {
-	v := 0.0
-	if ok {
-		v = 1
-	}
-	e.m.canRenew.Set(v)
-}
+// CheckRenew asks the cluster whether it can renew acquisition locks
+// (ShareAcknowledge v2, Kafka 4.2+) and says so in the metrics and the log.
+func (e *KIP1289) CheckRenew(ctx context.Context, cl *upstream.Client) { e.applier.CheckRenew(ctx, cl) }
 
 // RequireAuthentication tells the engine that the upstream listener
 // requires SASL (the proxy's own client authenticates): a TxnShareAcknowledge
@@ -416,12 +394,12 @@ func (e *KIP1289) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 func (e *KIP1289) count(r *kip1289.TxnShareAcknowledgeResponse) *kip1289.TxnShareAcknowledgeResponse {
 	res := "ok"
 	if r.ErrorCode != 0 {
-		res = errName(r.ErrorCode)
+		res = upstream.ErrName(r.ErrorCode)
 	} else {
 		for _, t := range r.Topics {
 			for _, p := range t.Partitions {
 				if p.ErrorCode != 0 && p.ErrorCode != kerr.OperationNotAttempted.Code {
-					res = errName(p.ErrorCode)
+					res = upstream.ErrName(p.ErrorCode)
 				}
 			}
 		}
@@ -443,23 +421,13 @@ func kerrName(err error) string {
 	return "see the proxy's log"
 }
 
-func errName(code int16) string {
-	if err := kerr.ErrorForCode(code); err != nil {
-		var ke *kerr.Error
-		if errors.As(err, &ke) {
-			return ke.Message
-		}
-	}
-	return fmt.Sprintf("code_%d", code)
-}
-
 // unstage returns the offsets of a call whose shadow write failed to
 // ACQUIRED: nothing was staged, the member still holds them, and the client
 // aborts its transaction (the reference broker leaves them acquired too).
 func (e *KIP1289) unstage(call *stagedCall) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	releases := map[int32]map[partKey]map[int64]int8{}
+	releases := map[int32]upstream.Acks{}
 	for _, r := range call.offsets {
 		ps := e.parts[r.part]
 		if ps == nil {
@@ -495,7 +463,7 @@ func (e *KIP1289) abortCall(call *stagedCall) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
-	releases := map[int32]map[partKey]map[int64]int8{}
+	releases := map[int32]upstream.Acks{}
 	for _, r := range call.offsets {
 		ps := e.parts[r.part]
 		if ps == nil {
@@ -517,38 +485,19 @@ func (e *KIP1289) abortCall(call *stagedCall) {
 	e.sendReleases(call, releases)
 }
 
-func addRef(m map[int32]map[partKey]map[int64]int8, r offRef, ty int8) {
+func addRef(m map[int32]upstream.Acks, r offRef, ty int8) {
 	if m[r.node] == nil {
-		m[r.node] = map[partKey]map[int64]int8{}
+		m[r.node] = upstream.Acks{}
 	}
-	if m[r.node][r.part] == nil {
-		m[r.node][r.part] = map[int64]int8{}
-	}
-	m[r.node][r.part][r.offset] = ty
+	m[r.node].Add(upstream.TopicPartition{Topic: r.part.topic, Partition: r.part.partition}, r.offset, ty)
 }
 
-// sendReleases releases offsets upstream on the member's share session, off
+// sendReleases releases offsets upstream on the member's share sessions, off
 // the caller's goroutine (e.mu may be held).
-func (e *KIP1289) sendReleases(call *stagedCall, releases map[int32]map[partKey]map[int64]int8) {
-	for node, parts := range releases {
-		go func() {
-			if err := e.applyOn(node, call, parts); err != nil {
-				// The session is gone (its connection closed, which released
-				// them) or the lock expired: the broker redelivers them anyway.
-				e.log.Debug("releasing records upstream failed; the broker releases them when the member's session or lock ends", "txn", call.txnID, "member", call.member, "err", err)
-				return
-			}
-			e.m.released.Add(float64(countOffsets(parts)))
-		}()
+func (e *KIP1289) sendReleases(call *stagedCall, releases map[int32]upstream.Acks) {
+	for node, acks := range releases {
+		e.applier.Release(upstream.SessionKey{Node: node, Group: call.group, Member: call.member}, acks, call.txnID)
 	}
-}
-
-func countOffsets(parts map[partKey]map[int64]int8) int {
-	n := 0
-	for _, offs := range parts {
-		n += len(offs)
-	}
-	return n
 }
 
 // ---------------------------------------------------------------- resolution
@@ -605,21 +554,13 @@ func (e *KIP1289) resolve(partition int32, offset int64, commit bool, via string
 // apply sends the committed acknowledgements of call upstream, on the share
 // session of the member that acquired them, retrying a stale epoch.
 func (e *KIP1289) apply(call *stagedCall) {
-	bySession := map[int32]map[partKey]map[int64]int8{}
+	bySession := map[int32]upstream.Acks{}
 	for _, r := range call.offsets {
-		m := bySession[r.node]
-		if m == nil {
-			m = map[partKey]map[int64]int8{}
-			bySession[r.node] = m
-		}
-		if m[r.part] == nil {
-			m[r.part] = map[int64]int8{}
-		}
-		m[r.part][r.offset] = r.ackType
+		addRef(bySession, r, r.ackType)
 	}
 	ok := true
 	for node, parts := range bySession {
-		err := e.applyOn(node, call, parts)
+		err := e.applier.Acknowledge(upstream.SessionKey{Node: node, Group: call.group, Member: call.member}, parts, call.committed)
 		if err != nil {
 			ok = false
 			e.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", call.txnID, "group", call.group, "member", call.member, "node", node, "err", err)
@@ -634,62 +575,6 @@ func (e *KIP1289) apply(call *stagedCall) {
 		e.mu.Unlock()
 	}
 	e.finish(call)
-}
-
-func (e *KIP1289) applyOn(node int32, call *stagedCall, parts map[partKey]map[int64]int8) error {
-	resp, err := e.sessions.Send(upstream.SessionKey{Node: node, Group: call.group, Member: call.member}, buildAckRequest(call.group, call.member, parts))
-	if err != nil {
-		e.m.applyFailures.WithLabelValues("session_unavailable").Inc()
-		return err
-	}
-	return e.applied(call, resp)
-}
-
-// buildAckRequest is a ShareAcknowledge of offsets → types for member.
-func buildAckRequest(group, member string, parts map[partKey]map[int64]int8) *kmsg.ShareAcknowledgeRequest {
-	req := kmsg.NewPtrShareAcknowledgeRequest()
-	req.GroupID, req.MemberID = &group, &member
-	byTopic := map[[16]byte]int{}
-	for k, offs := range parts {
-		i, ok := byTopic[k.topic]
-		if !ok {
-			i = len(req.Topics)
-			byTopic[k.topic] = i
-			t := kmsg.NewShareAcknowledgeRequestTopic()
-			t.TopicID = k.topic
-			req.Topics = append(req.Topics, t)
-		}
-		p := kmsg.NewShareAcknowledgeRequestTopicPartition()
-		p.Partition = k.partition
-		for _, r := range compress(offs) {
-			b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
-			b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = r.first, r.last, r.types
-			p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
-		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
-	}
-	return req
-}
-
-// applied accounts for the broker's answer to an applied acknowledgement.
-func (e *KIP1289) applied(call *stagedCall, resp *kmsg.ShareAcknowledgeResponse) error {
-	if resp.ErrorCode != 0 {
-		e.m.applyFailures.WithLabelValues(errName(resp.ErrorCode)).Inc()
-		return kerr.ErrorForCode(resp.ErrorCode)
-	}
-	var perr error
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if p.ErrorCode != 0 {
-				e.m.applyFailures.WithLabelValues(errName(p.ErrorCode)).Inc()
-				perr = fmt.Errorf("partition %d: %w", p.Partition, kerr.ErrorForCode(p.ErrorCode))
-			}
-		}
-	}
-	if perr == nil && !call.committed.IsZero() {
-		e.m.applyLatency.Observe(time.Since(call.committed).Seconds())
-	}
-	return perr
 }
 
 // finish marks a call's offsets applied; those the client already acked
@@ -757,55 +642,13 @@ func (e *KIP1289) Stats() Stats {
 	st := Stats{Pending: e.pending}
 	e.mu.Unlock()
 	st.InFlight = e.sessions.InFlight()
-	var m dto.Metric
-	if h, ok := e.m.applyLatency.(prometheus.Metric); ok && h.Write(&m) == nil && m.Histogram != nil {
-		hist := m.Histogram
-		st.Applied = hist.GetSampleCount()
-		if st.Applied > 0 {
-			st.LatencyMean = hist.GetSampleSum() / float64(st.Applied)
-			q := func(f float64) float64 {
-				for _, b := range hist.Bucket {
-					if float64(b.GetCumulativeCount()) >= f*float64(st.Applied) {
-						return b.GetUpperBound()
-					}
-				}
-				return math.Inf(1)
-			}
-			st.LatencyP50, st.LatencyP99 = q(0.5), q(0.99)
-		}
-	}
-	sum := func(c *prometheus.CounterVec, label string) float64 {
-		var total float64
-		ch := make(chan prometheus.Metric, 64)
-		go func() { c.Collect(ch); close(ch) }()
-		for mt := range ch {
-			var d dto.Metric
-			if mt.Write(&d) != nil {
-				continue
-			}
-			for _, l := range d.Label {
-				if label == "" || l.GetValue() == label {
-					total += d.Counter.GetValue()
-					break
-				}
-			}
-			if label == "" && len(d.Label) == 0 {
-				total += d.Counter.GetValue()
-			}
-		}
-		return total
-	}
-	st.Committed = sum(e.m.markers, "commit")
-	st.Aborted = sum(e.m.markers, "abort")
-	st.ApplyFailures = sum(e.m.applyFailures, "")
-	st.Renewals = sum(e.m.renewals, "ok")
-	var a, ee dto.Metric
-	if e.m.absorbed.Write(&a) == nil {
-		st.AbsorbedAcks = a.Counter.GetValue()
-	}
-	if e.m.epochErrors.Write(&ee) == nil {
-		st.EpochErrors = ee.Counter.GetValue()
-	}
+	as := e.applier.Stats()
+	st.Applied, st.LatencyP50, st.LatencyP99, st.LatencyMean = as.Applied, as.LatencyP50, as.LatencyP99, as.Mean
+	st.ApplyFailures, st.Renewals = as.Failures, as.Renewals
+	st.Committed = promstat.Sum(e.m.markers, "commit")
+	st.Aborted = promstat.Sum(e.m.markers, "abort")
+	st.AbsorbedAcks = promstat.Value(e.m.absorbed)
+	st.EpochErrors = promstat.Value(e.m.epochErrors)
 	return st
 }
 
@@ -887,7 +730,7 @@ func (e *KIP1289) renewLoop() {
 
 // renewDue renews every held record with less than half its lock left.
 func (e *KIP1289) renewDue(now time.Time) {
-	due := map[upstream.SessionKey]map[partKey]map[int64]int8{}
+	due := map[upstream.SessionKey]upstream.Acks{}
 	e.mu.Lock()
 	for k, ps := range e.parts {
 		for o, st := range ps.offsets {
@@ -897,12 +740,9 @@ func (e *KIP1289) renewDue(now time.Time) {
 			st.renewing = true
 			sk := upstream.SessionKey{Node: st.node, Group: k.group, Member: st.member}
 			if due[sk] == nil {
-				due[sk] = map[partKey]map[int64]int8{}
+				due[sk] = upstream.Acks{}
 			}
-			if due[sk][k] == nil {
-				due[sk][k] = map[int64]int8{}
-			}
-			due[sk][k][o] = 4 // RENEW
+			due[sk].Add(upstream.TopicPartition{Topic: k.topic, Partition: k.partition}, o, 4) // RENEW
 		}
 	}
 	e.mu.Unlock()
@@ -911,44 +751,13 @@ func (e *KIP1289) renewDue(now time.Time) {
 	}
 }
 
-func (e *KIP1289) renew(sk upstream.SessionKey, parts map[partKey]map[int64]int8) {
-	req := buildAckRequest(sk.Group, sk.Member, parts)
-	req.IsRenewAck = true
+func (e *KIP1289) renew(sk upstream.SessionKey, acks upstream.Acks) {
 	sent := time.Now()
-	resp, err := e.sessions.Send(sk, req)
-	result := "ok"
-	switch {
-	case errors.Is(err, upstream.ErrRenewUnsupported):
-		result = "unsupported"
-		e.log.Warn("cannot renew the acquisition locks of staged records: a transaction must end within the lock duration", "err", err)
-	case err != nil:
-		result = "session_unavailable"
-	case resp.ErrorCode != 0:
-		result = errName(resp.ErrorCode)
-	}
-	var lock time.Duration
-	if resp != nil && resp.AcquisitionLockTimeoutMillis > 0 {
-		lock = time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
-	}
-	bad := map[[16]byte]map[int32]bool{}
-	if resp != nil {
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if p.ErrorCode != 0 {
-					if bad[t.TopicID] == nil {
-						bad[t.TopicID] = map[int32]bool{}
-					}
-					bad[t.TopicID][p.Partition] = true
-					result = errName(p.ErrorCode)
-				}
-			}
-		}
-	}
-	e.m.renewals.WithLabelValues(result).Inc()
+	r := e.applier.Renew(sk, acks)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for k, offs := range parts {
-		ps := e.parts[k]
+	for tp, offs := range acks {
+		ps := e.parts[partKey{sk.Group, tp.Topic, tp.Partition}]
 		if ps == nil {
 			continue
 		}
@@ -958,13 +767,13 @@ func (e *KIP1289) renew(sk upstream.SessionKey, parts map[partKey]map[int64]int8
 				continue
 			}
 			st.renewing = false
-			if result == "ok" || (err == nil && resp.ErrorCode == 0 && !bad[k.topic][k.partition]) {
+			if r.Renewed(tp) {
 				l := st.lock
-				if lock > 0 {
-					l = lock
+				if r.Lock > 0 {
+					l = r.Lock
 				}
 				st.deadline = sent.Add(l)
-			} else if result == "unsupported" {
+			} else if r.Result == "unsupported" {
 				st.deadline = st.deadline.Add(time.Hour) // do not retry every tick; the lock expires as it will
 			}
 		}

@@ -16,10 +16,13 @@ import (
 
 func TestCompressExpand(t *testing.T) {
 	m := map[int64]int8{5: 1, 6: 1, 7: 1, 9: 3, 10: 1, 11: 3}
-	got := compress(m)
+	var got []ackRange
+	for _, b := range kip1289.Batches(m) {
+		got = append(got, ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes})
+	}
 	want := []ackRange{{5, 7, []int8{1}}, {9, 11, []int8{3, 1, 3}}}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("compress = %+v, want %+v", got, want)
+		t.Fatalf("Batches = %+v, want %+v", got, want)
 	}
 	back := map[int64]int8{}
 	for _, r := range got {

@@ -7,9 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/markers"
@@ -90,7 +87,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	s.mu.Lock()
 	s.tailer = t
 	s.mu.Unlock()
-	s.checkRenew(ctx, cl)
+	kip.CheckRenew(ctx, cl)
 	kip.SetWriter(w, n)
 	go func() {
 		tk := time.NewTicker(30 * time.Second)
@@ -102,7 +99,9 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 			case now := <-tk.C:
 				kip.Prune(now)
 				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				if err := kip.PruneKnown(pctx, shareStartOffsets(cl)); err != nil {
+				if err := kip.PruneKnown(pctx, func(ctx context.Context, groups []string) (map[string]map[[16]byte]map[int32]int64, error) {
+					return upstream.StartOffsets(ctx, cl, groups)
+				}); err != nil {
 					s.log.Debug("pruning known shadow records: describing share-group offsets failed", "err", err)
 				}
 				cancel()
@@ -137,58 +136,4 @@ func shadowKey(cfg configs.Config) ([]byte, string, error) {
 		return staging.DeriveShadowKey(append([]byte("tls:"), b...)), "upstream.tls.key_file", nil
 	}
 	return staging.DeriveShadowKey([]byte("sharetx: a cluster without authentication")), "fixed", nil
-}
-
-// shareStartOffsets describes the share-partition start offsets of groups.
-func shareStartOffsets(cl *upstream.Client) intercept.StartOffsets {
-	adm := kadm.NewClient(cl.Client)
-	return func(ctx context.Context, groups []string) (map[string]map[[16]byte]map[int32]int64, error) {
-		d, err := adm.DescribeShareGroupOffsets(ctx, groups...)
-		if err != nil && len(d) == 0 {
-			return nil, err
-		}
-		out := map[string]map[[16]byte]map[int32]int64{}
-		for g, gd := range d {
-			if gd.Err != nil {
-				continue
-			}
-			m := map[[16]byte]map[int32]int64{}
-			for _, ps := range gd.Offsets {
-				for p, o := range ps {
-					if o.Err != nil || o.StartOffset < 0 {
-						continue
-					}
-					id := [16]byte(o.TopicID)
-					if m[id] == nil {
-						m[id] = map[int32]int64{}
-					}
-					m[id][p] = o.StartOffset
-				}
-			}
-			out[g] = m
-		}
-		return out, nil
-	}
-}
-
-// checkRenew says at start-up whether the cluster can keep the locks of
-// staged records alive (ShareAcknowledge v2 RENEW, Kafka 4.2+).
-func (s *Server) checkRenew(ctx context.Context, cl *upstream.Client) {
-	r, err := cl.Client.Request(ctx, kmsg.NewPtrApiVersionsRequest())
-	resp, ok := r.(*kmsg.ApiVersionsResponse)
-	if err != nil || !ok {
-		s.log.Warn("could not ask the cluster whether it can renew acquisition locks", "err", err)
-		return
-	}
-	var max int16 = -1
-	for _, k := range resp.ApiKeys {
-		if k.ApiKey == kmsg.ShareAcknowledge.Int16() {
-			max = k.MaxVersion
-		}
-	}
-	s.env.KIP.SetRenewSupported(max >= 2)
-	if max < 2 {
-		s.log.Warn("the cluster cannot renew acquisition locks (ShareAcknowledge v2 RENEW needs Kafka 4.2+): a transaction must commit within the share group's record lock duration (group.share.record.lock.duration.ms, 30 s by default), or its records are redelivered and its acknowledgements fail",
-			"share_acknowledge_max_version", max)
-	}
 }
