@@ -45,7 +45,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseRequestHeader$$' -fuzztime $(FUZZTIME) ./proxy
 	go test -run '^$$' -fuzz '^FuzzRewriters$$' -fuzztime $(FUZZTIME) ./intercept
 	go test -run '^$$' -fuzz '^FuzzProduceTxn$$' -fuzztime $(FUZZTIME) ./intercept
-	go test -run '^$$' -fuzz '^FuzzClientAcks$$' -fuzztime $(FUZZTIME) ./intercept
+	go test -run '^$$' -fuzz '^FuzzClientAcks$$' -fuzztime $(FUZZTIME) ./staging
 	go test -run '^$$' -fuzz '^FuzzTxnShareAcknowledge$$' -fuzztime $(FUZZTIME) ./kip1289
 	go test -run '^$$' -fuzz '^FuzzDecodeShadowRecord$$' -fuzztime $(FUZZTIME) ./staging
 	go test -run '^$$' -fuzz '^FuzzResolver$$' -fuzztime $(FUZZTIME) ./markers

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/client"
@@ -106,7 +105,7 @@ func TestKIP1289ProxyKilled(t *testing.T) {
 					kgo.DefaultProduceTopic(s.out)}, client.ClientOpts()...)...)
 				kip := via.KIP()
 				redelivered := func(outcome string) float64 {
-					return testutil.ToFloat64(kip.RedeliveredMetric().WithLabelValues(outcome))
+					return kip.Resolver().Redelivered(outcome)
 				}
 				// Process everything the group hands out, exactly like the
 				// application would. When the transaction is to end after

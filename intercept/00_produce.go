@@ -40,7 +40,7 @@ func init() {
 			state, changed = sp.txn, true
 		}
 		if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
-			env.KIP.learnTxn(t.ident, t.txnID, t.producerID, t.epoch)
+			env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
 		}
 		return changed
 	})

@@ -105,14 +105,14 @@ func (e *KIP1289) TxnHook(r *Request) Action {
 	// A broker whose listener requires SASL closes a connection that sends
 	// anything but ApiVersions and SASL before authenticating; so does the
 	// proxy, for the request it answers itself.
-	if e.authenticating(r.Conn) || (e.requireAuth.Load() && e.identOf(r.Conn) == "") {
+	if e.authenticating(r.Conn) || (e.requireAuth && e.identOf(r.Conn) == "") {
 		return Action{Close: "unauthenticated_txn_share_acknowledge"}
 	}
 	ident := e.identOf(r.Conn)
 	return Action{Async: func() kmsg.Response {
-		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		defer cancel()
-		resp := e.Stage(ctx, req, ident)
+		resp := e.stage(ctx, req, ident)
 		resp.APIKey = e.key
 		return resp
 	}}

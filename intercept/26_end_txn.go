@@ -31,7 +31,7 @@ func init() {
 		}
 		// The coordinator decided: resolve now (the markers tailer resolves
 		// the same records again later, which changes nothing).
-		env.KIP.endTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
+		env.KIP.resolver.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
 		if resp.Version >= 5 {
 			env.KIP.setTxn(st.ident, req.TransactionalID, resp.ProducerID, resp.ProducerEpoch)
 		}

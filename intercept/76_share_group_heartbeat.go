@@ -30,7 +30,7 @@ func init() {
 			member = *resp.MemberID
 		}
 		if member != "" {
-			env.KIP.setMember(gm[2], gm[0], member, resp.MemberEpoch)
+			env.KIP.ledger.SetMember(gm[2], gm[0], member, resp.MemberEpoch)
 		}
 		return false
 	})

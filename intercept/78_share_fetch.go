@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/staging"
 	"github.com/sharetx/sharetx/upstream"
 )
 
@@ -22,7 +23,7 @@ type shareState struct {
 	foreign       bool   // another principal's request on a member's session: passed through, changes nothing
 	inStep        bool   // the client's epoch followed the session's: an epoch error is the proxy's
 	held          map[[16]byte]map[int32]bool
-	plans         []*ackPlan // applied once the broker accepted the acknowledgements
+	plans         []*staging.AckPlan // applied once the broker accepted the acknowledgements
 }
 
 // applyPlans applies the plans of the partitions whose acknowledgement the
@@ -32,12 +33,9 @@ type shareState struct {
 // acknowledgement code, false if absent).
 func (e *KIP1289) applyPlans(st *shareState, codeOf func(topic [16]byte, part int32) (int16, bool)) {
 	for _, p := range st.plans {
-		if !p.allHeld {
-			if code, ok := codeOf(p.topic, p.part); !ok || code != 0 {
-				continue
-			}
+		if p.Applies(codeOf) {
+			e.ledger.ApplyAckPlan(p)
 		}
-		e.applyAckPlan(p)
 	}
 }
 
@@ -100,7 +98,7 @@ func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 		// drive the alert.
 		return
 	}
-	e.m.epochErrors.Inc()
+	e.mEpochErrors.Inc()
 	if st, ok := state.(*shareState); ok {
 		last, delta := e.sessions.Get(st.sessionKey()).Peek()
 		e.log.Warn("a client got INVALID_SHARE_SESSION_EPOCH", "api", api, "sent_epoch", st.epoch, "node", st.node,
@@ -140,11 +138,11 @@ func init() {
 				if len(p.AcknowledgementBatches) == 0 {
 					continue
 				}
-				in := make([]ackRange, len(p.AcknowledgementBatches))
+				in := make([]staging.AckRange, len(p.AcknowledgementBatches))
 				for i, b := range p.AcknowledgementBatches {
-					in[i] = ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}
+					in[i] = staging.AckRange{First: b.FirstOffset, Last: b.LastOffset, Types: b.AcknowledgeTypes}
 				}
-				out, held, plan := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+				out, held, plan := e.ledger.FilterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
 				if plan != nil {
 					st.plans = append(st.plans, plan)
 				}
@@ -156,7 +154,7 @@ func init() {
 				p.AcknowledgementBatches = p.AcknowledgementBatches[:0]
 				for _, o := range out {
 					b := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
-					b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.first, o.last, o.types
+					b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.First, o.Last, o.Types
 					p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
 				}
 			}
@@ -189,7 +187,7 @@ func init() {
 		if lock <= 0 {
 			lock = 30 * time.Second
 		}
-		if env.KIP.screenResponse(st, resp, lock) {
+		if env.KIP.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock) {
 			changed = true
 		}
 		reject := env.KIP.cfg.ClientAcks == "reject"
@@ -199,7 +197,7 @@ func init() {
 			for pi := range t.Partitions {
 				p := &t.Partitions[pi]
 				if p.ErrorCode == 0 {
-					env.KIP.acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
+					env.KIP.ledger.Acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
 				}
 				if !st.held[t.TopicID][p.Partition] {
 					continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sharetx/sharetx/staging"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -30,11 +31,11 @@ func init() {
 			for _, t := range req.Topics {
 				keepParts := t.Partitions[:0]
 				for _, p := range t.Partitions {
-					in := make([]ackRange, len(p.AcknowledgementBatches))
+					in := make([]staging.AckRange, len(p.AcknowledgementBatches))
 					for i, b := range p.AcknowledgementBatches {
-						in[i] = ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}
+						in[i] = staging.AckRange{First: b.FirstOffset, Last: b.LastOffset, Types: b.AcknowledgeTypes}
 					}
-					out, held, plan := e.filterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+					out, held, plan := e.ledger.FilterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
 					if plan != nil {
 						st.plans = append(st.plans, plan)
 					}
@@ -44,7 +45,7 @@ func init() {
 						p.AcknowledgementBatches = p.AcknowledgementBatches[:0]
 						for _, o := range out {
 							b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
-							b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.first, o.last, o.types
+							b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.First, o.Last, o.Types
 							p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
 						}
 					}
@@ -59,7 +60,7 @@ func init() {
 			}
 			req.Topics = keepTopics
 		}
-		if req.ShareSessionEpoch == -1 && e.cfg.CloseHold > 0 && e.heldFor(st.node, st.group, st.member) > 0 {
+		if req.ShareSessionEpoch == -1 && e.cfg.CloseHold > 0 && e.ledger.HeldFor(st.node, st.group, st.member) > 0 {
 			return e.holdClose(r, st, req)
 		}
 		return e.onSession(r, st, &req.ShareSessionEpoch, changed, req)
@@ -159,7 +160,7 @@ func (e *KIP1289) holdClose(r *Request, st *shareState, req *kmsg.ShareAcknowled
 			resp.ErrorMessage = &msg
 			return resp
 		}
-		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		defer cancel()
 		resp, err := e.sessions.Get(st.sessionKey()).Close(ctx, r.Conn, req)
 		if err != nil {

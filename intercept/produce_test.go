@@ -49,21 +49,6 @@ func TestProduceTxn(t *testing.T) {
 	}
 }
 
-func TestLearnTxn(t *testing.T) {
-	e := testEngine()
-	defer e.Close()
-	e.learnTxn("", "a", 5, 2)
-	e.learnTxn("", "a", 5, 1) // an older write answered late
-	e.learnTxn("", "a", 9, 7) // another producer id: only InitProducerId/EndTxn set that
-	if got := e.txns["a"]; got.producerID != 5 || got.epoch != 2 {
-		t.Fatalf("got %+v, want producer 5 epoch 2", got)
-	}
-	e.learnTxn("User:alice", "a", 5, 4)
-	if got := e.txns["a"]; got.producerID != 5 || got.epoch != 4 || !got.ownedBy("") || !got.ownedBy("User:alice") || got.ownedBy("User:bob") {
-		t.Fatalf("got %+v, want epoch 4, owned by \"\" and alice, not bob", got)
-	}
-}
-
 func FuzzProduceTxn(f *testing.F) {
 	id := "t"
 	for _, v := range []int16{3, 8, 9, 12, 13} {

@@ -36,14 +36,11 @@ type touchSplit struct {
 
 // shadowTopicID is the shadow topic's id, when the writer knows it.
 func (e *KIP1289) shadowTopicID() ([16]byte, int32, bool) {
-	e.mu.Lock()
-	w, n := e.writer, e.shadowPart
-	e.mu.Unlock()
-	t, ok := w.(interface{ TopicID() [16]byte })
-	if !ok {
+	s := e.stager.Load()
+	if s == nil {
 		return [16]byte{}, 0, false
 	}
-	return t.TopicID(), n, true
+	return s.ShadowTopic()
 }
 
 // relayTouch decides a transactional Produce request: nil to forward it as
@@ -55,10 +52,7 @@ func (e *KIP1289) relayTouch(r *Request, t produceTxnState) *Action {
 	if !ok || n == 0 || !produceNames(body, r.Version, name, id) {
 		return nil // the shadow topic is not named: the common case, nothing decoded
 	}
-	e.mu.Lock()
-	ti, known := e.txns[t.txnID]
-	owned := known && ti.producerID == t.producerID && ti.ownedBy(t.ident)
-	e.mu.Unlock()
+	owned := e.ledger.OwnsTxn(t.txnID, t.producerID, t.ident)
 	side := e.side
 	if !owned || side == nil {
 		return nil
@@ -102,7 +96,7 @@ func (e *KIP1289) relayTouch(r *Request, t produceTxnState) *Action {
 	relay.Topics = []kmsg.ProduceRequestTopic{rt}
 	node := r.Conn.Node()
 	go func() {
-		ctx, cancel := context.WithTimeout(e.applyCtx, 30*time.Second+time.Duration(req.TimeoutMillis)*time.Millisecond)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second+time.Duration(req.TimeoutMillis)*time.Millisecond)
 		defer cancel()
 		resp, err := side(ctx, node, relay)
 		out, _ := resp.(*kmsg.ProduceResponse)
@@ -145,7 +139,7 @@ func (e *KIP1289) mergeRelayed(sp *touchSplit, resp *kmsg.ProduceResponse) {
 		}
 		rt.Partitions = append(rt.Partitions, rp)
 		if rp.ErrorCode == 0 {
-			e.learnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
+			e.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
 		}
 	}
 	resp.Topics = append(resp.Topics, rt)

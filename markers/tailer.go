@@ -96,6 +96,17 @@ func Start(opts []kgo.Opt, topic string, start map[int32]int64, h Handlers) (*Ta
 	return newTailer(opts, topic, start, r)
 }
 
+// Follow is Start for a Resolver: it learns every shadow record and
+// resolves them by their markers, trusting only records signed with key.
+func Follow(opts []kgo.Opt, topic string, start map[int32]int64, key []byte, r *Resolver) (*Tailer, error) {
+	return Start(opts, topic, start, Handlers{
+		OnStaged:   func(st Staged) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
+		OnResolve:  func(res Resolution) { r.Resolve(res.Partition, res.Offset, res.Commit) },
+		Key:        key,
+		OnRejected: r.RejectShadow,
+	})
+}
+
 func newTailer(opts []kgo.Opt, topic string, start map[int32]int64, res *resolver) (*Tailer, error) {
 	parts := make(map[int32]kgo.Offset, len(start))
 	for p, o := range start {

@@ -115,7 +115,7 @@ func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, seeds: c.ListenAddrs()}
-	e.w = staging.NewWriter(e.client(), shadowTopic)
+	e.w = staging.NewWriter(e.client(), shadowTopic, nil)
 	if e.n, err = e.w.EnsureTopic(ctx, 2, 1); err != nil {
 		t.Fatal(err)
 	}

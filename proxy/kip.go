@@ -28,7 +28,6 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		return nil
 	}
 	cfg := s.cfg.KIP1289
-	kip.RequireAuthentication(s.cfg.Upstream.SASL.Mechanism != "")
 	key, keySource, err := shadowKey(s.cfg)
 	if err != nil {
 		return err
@@ -37,8 +36,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	if keySource == "fixed" {
 		s.log.Warn("the shadow key is the fixed one of clusters without authentication: anyone who can write the shadow topic can stage acknowledgements. Set kip1289.shadow_key_file (the same secret on every sidecar) on a cluster with ACLs")
 	}
-	w := staging.NewWriter(cl.Client, cfg.ShadowTopic)
-	w.SetKey(key)
+	w := staging.NewWriter(cl.Client, cfg.ShadowTopic, key)
 	n, err := w.EnsureTopic(ctx, int32(cfg.ShadowPartitions), int16(cfg.ShadowReplication))
 	if err != nil {
 		return fmt.Errorf("shadow topic %s: %w (the proxy's principal needs CREATE on it, or create it yourself)", cfg.ShadowTopic, err)
@@ -54,14 +52,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	if err != nil {
 		return fmt.Errorf("shadow topic %s end offsets: %w", cfg.ShadowTopic, err)
 	}
-	t, err := markers.Start(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), cfg.ShadowTopic, start, markers.Handlers{
-		OnStaged:  func(st markers.Staged) { kip.OnShadowRecord(st.Partition, st.Offset, st.Record) },
-		OnResolve: func(r markers.Resolution) { kip.Resolve(r.Partition, r.Offset, r.Commit) },
-		Key:       key,
-		OnRejected: func(p int32, o int64, reason string) {
-			kip.RejectShadow(p, o, reason)
-		},
-	})
+	t, err := markers.Follow(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), cfg.ShadowTopic, start, key, kip.Resolver())
 	if err != nil {
 		return fmt.Errorf("tailing shadow topic %s: %w", cfg.ShadowTopic, err)
 	}
@@ -76,19 +67,17 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		return fmt.Errorf("recovering from shadow topic %s: %w", cfg.ShadowTopic, err)
 	}
 	s.log.Info("shadow topic read", "records", backlog, "took", time.Since(t0).Round(time.Millisecond), "known", kip.KnownRanges())
-	kip.SetBarrier(func(ctx context.Context) error {
+	s.mu.Lock()
+	s.tailer = t
+	s.mu.Unlock()
+	kip.CheckRenew(ctx, cl)
+	kip.Start(w, n, func(ctx context.Context) error {
 		ends, err := markers.EndOffsets(ctx, cl.Client, cfg.ShadowTopic)
 		if err != nil {
 			return err
 		}
 		return t.WaitCaughtUp(ctx, ends)
 	})
-	kip.MarkRecovered()
-	s.mu.Lock()
-	s.tailer = t
-	s.mu.Unlock()
-	kip.CheckRenew(ctx, cl)
-	kip.SetWriter(w, n)
 	go func() {
 		tk := time.NewTicker(30 * time.Second)
 		defer tk.Stop()

@@ -108,7 +108,7 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		return s.up.Broker(int(node)).Request(ctx, req)
 	}
 	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions,
-		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, side)}
+		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, side, cfg.Upstream.SASL.Mechanism != "")}
 	return s, nil
 }
 

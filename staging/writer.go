@@ -2,10 +2,8 @@ package staging
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"sync"
 	"time"
 
@@ -146,20 +144,19 @@ type seqState struct {
 // state lost early is recovered with DescribeProducers.
 const seqIdle = time.Hour
 
-// NewWriter returns a Writer for the shadow topic.
-func NewWriter(cl *kgo.Client, topic string) *Writer {
+// NewWriter returns a Writer for the shadow topic that signs its records
+// with the shadow key key (DeriveShadowKey; nil: unsigned version 1
+// records, which the markers Tailer of a proxy with a key does not trust).
+func NewWriter(cl *kgo.Client, topic string, key []byte) *Writer {
 	return &Writer{
 		cl:        cl,
 		topic:     topic,
+		key:       append([]byte(nil), key...),
 		leaders:   make(map[int32]int32),
 		produceOK: make(map[int32]bool),
 		seqs:      make(map[seqKey]*seqState),
 	}
 }
-
-// SetKey sets the shadow key the Writer signs records with. Call it before
-// the first Write.
-func (w *Writer) SetKey(key []byte) { w.key = append([]byte(nil), key...) }
 
 // TopicID returns the shadow topic's id, zero until the topic was looked up.
 func (w *Writer) TopicID() [16]byte {
@@ -299,7 +296,7 @@ func (w *Writer) Write(ctx context.Context, txnID string, producerID int64, epoc
 		return -1, werr(err, "")
 	}
 	var value []byte
-	if w.key != nil {
+	if len(w.key) > 0 {
 		value = rec.AppendSigned(nil, w.key)
 	} else {
 		value = rec.AppendTo(nil)
@@ -469,110 +466,6 @@ func (w *Writer) produce(ctx context.Context, txnID string, pid int64, epoch int
 	return -1, werr(lastErr, "")
 }
 
-// checkProduceVersion asks node once for its ApiVersions and checks Produce
-// v12+.
-func (w *Writer) checkProduceVersion(ctx context.Context, node int32) error {
-	w.mu.Lock()
-	ok, known := w.produceOK[node]
-	w.mu.Unlock()
-	if known {
-		if !ok {
-			return ErrProduceVersion
-		}
-		return nil
-	}
-	req := kmsg.NewPtrApiVersionsRequest()
-	req.ClientSoftwareName = "sharetx"
-	req.ClientSoftwareVersion = "1"
-	kresp, err := w.cl.Broker(int(node)).Request(ctx, req)
-	if err != nil {
-		return err
-	}
-	resp := kresp.(*kmsg.ApiVersionsResponse)
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-		return fmt.Errorf("ApiVersions: %w", err)
-	}
-	ok = false
-	for _, k := range resp.ApiKeys {
-		if k.ApiKey == 0 && k.MaxVersion >= 12 {
-			ok = true
-		}
-	}
-	w.mu.Lock()
-	w.produceOK[node] = ok
-	w.mu.Unlock()
-	if !ok {
-		return ErrProduceVersion
-	}
-	return nil
-}
-
-// lastSequence returns the last sequence the partition leader holds for
-// pid at epoch on partition p, or -1 if it holds none for that epoch.
-func (w *Writer) lastSequence(ctx context.Context, pid int64, epoch int16, p int32) (int32, error) {
-	var lastErr error
-attempts:
-	for i := 0; i < 6; i++ {
-		if i > 0 {
-			if err := sleep(ctx, time.Duration(50*i)*time.Millisecond); err != nil {
-				return 0, err
-			}
-			w.refreshMetadata(ctx) //nolint:errcheck // the lookup below reports it
-		}
-		w.mu.Lock()
-		leader, ok := w.leaders[p]
-		w.mu.Unlock()
-		if !ok {
-			if _, err := w.refreshMetadata(ctx); err != nil {
-				lastErr = err
-				continue
-			}
-			w.mu.Lock()
-			leader, ok = w.leaders[p]
-			w.mu.Unlock()
-			if !ok {
-				lastErr = kerr.UnknownTopicOrPartition
-				continue
-			}
-		}
-		req := kmsg.NewPtrDescribeProducersRequest()
-		rt := kmsg.NewDescribeProducersRequestTopic()
-		rt.Topic = w.topic
-		rt.Partitions = []int32{p}
-		req.Topics = append(req.Topics, rt)
-		kresp, err := w.cl.Broker(int(leader)).Request(ctx, req)
-		if err != nil {
-			lastErr = err
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		for _, t := range kresp.(*kmsg.DescribeProducersResponse).Topics {
-			for _, tp := range t.Partitions {
-				if tp.Partition != p {
-					continue
-				}
-				if err := kerr.ErrorForCode(tp.ErrorCode); err != nil {
-					lastErr = err
-					if retriable(err) {
-						continue attempts
-					}
-					return 0, fmt.Errorf("DescribeProducers: %w", err)
-				}
-				for _, ap := range tp.ActiveProducers {
-					if ap.ProducerID == pid && ap.ProducerEpoch == int32(epoch) && ap.LastSequence >= 0 {
-						return ap.LastSequence, nil
-					}
-				}
-				return -1, nil
-			}
-		}
-		lastErr = errors.New("DescribeProducers response is missing the partition")
-	}
-	return 0, fmt.Errorf("DescribeProducers: %w", lastErr)
-}
-
 func retriable(err error) bool {
 	switch {
 	case errors.Is(err, kerr.NotLeaderForPartition),
@@ -611,51 +504,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
-
-// AppendRecordBatch appends a magic v2, uncompressed, transactional record
-// batch holding one record (null key, the given value, no headers) to dst.
-//
-//	baseOffset int64 (0) | batchLength int32 | partitionLeaderEpoch int32 (-1)
-//	magic int8 (2) | crc uint32 (CRC-32C of attributes..end)
-//	attributes int16 (0x10: transactional) | lastOffsetDelta int32 (0)
-//	baseTimestamp int64 | maxTimestamp int64 | producerId int64
-//	producerEpoch int16 | baseSequence int32 | recordCount int32 (1) | record
-func AppendRecordBatch(dst []byte, pid int64, epoch int16, seq int32, tsMillis int64, value []byte) []byte {
-	be := binary.BigEndian
-	start := len(dst)
-	dst = be.AppendUint64(dst, 0)                // base offset
-	dst = be.AppendUint32(dst, 0)                // batch length, below
-	dst = be.AppendUint32(dst, 0xffffffff)       // partition leader epoch -1
-	dst = append(dst, 2)                         // magic
-	dst = be.AppendUint32(dst, 0)                // crc, below
-	crcFrom := len(dst)                          //
-	dst = be.AppendUint16(dst, 0x0010)           // attributes: transactional
-	dst = be.AppendUint32(dst, 0)                // last offset delta
-	dst = be.AppendUint64(dst, uint64(tsMillis)) // base timestamp
-	dst = be.AppendUint64(dst, uint64(tsMillis)) // max timestamp
-	dst = be.AppendUint64(dst, uint64(pid))      // producer id
-	dst = be.AppendUint16(dst, uint16(epoch))    // producer epoch
-	dst = be.AppendUint32(dst, uint32(seq))      // base sequence
-	dst = be.AppendUint32(dst, 1)                // record count
-
-	// Record: attributes int8, timestampDelta varlong, offsetDelta varint,
-	// keyLength varint (-1: null), valueLength varint, value,
-	// headerCount varint; preceded by its length as a varint.
-	var body []byte
-	body = append(body, 0)
-	body = binary.AppendVarint(body, 0)
-	body = binary.AppendVarint(body, 0)
-	body = binary.AppendVarint(body, -1)
-	body = binary.AppendVarint(body, int64(len(value)))
-	body = append(body, value...)
-	body = binary.AppendVarint(body, 0)
-	dst = binary.AppendVarint(dst, int64(len(body)))
-	dst = append(dst, body...)
-
-	be.PutUint32(dst[start+8:], uint32(len(dst)-start-12))
-	be.PutUint32(dst[crcFrom-4:], crc32.Checksum(dst[crcFrom:], crc32c))
-	return dst
 }

@@ -37,7 +37,7 @@ func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, seeds: c.ListenAddrs()}
-	e.w = NewWriter(e.client(), shadowTopic)
+	e.w = NewWriter(e.client(), shadowTopic, nil)
 	n, err := e.w.EnsureTopic(ctx, 3, 1)
 	if err != nil || n != 3 {
 		t.Fatalf("EnsureTopic: %d %v", n, err)
@@ -352,7 +352,7 @@ func TestWriterRestartMidTransaction(t *testing.T) {
 	if _, err := e.w.Write(e.ctx, txn, pid, epoch, sp, rec(txn, pid, epoch, 1)); err != nil {
 		t.Fatal(err)
 	}
-	w2 := NewWriter(e.client(), shadowTopic)
+	w2 := NewWriter(e.client(), shadowTopic, nil)
 	if _, err := w2.Write(e.ctx, txn, pid, epoch, sp, rec(txn, pid, epoch, 2)); err != nil {
 		t.Fatalf("restarted writer: %v", err)
 	}
@@ -364,7 +364,7 @@ func TestWriterRestartMidTransaction(t *testing.T) {
 
 func TestWriterRequiresAllAcks(t *testing.T) {
 	e := newEnv(t)
-	w := NewWriter(e.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), shadowTopic)
+	w := NewWriter(e.client(kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()), shadowTopic, nil)
 	_, err := w.Write(e.ctx, "x", 1, 0, 0, rec("x", 1, 0, 1))
 	if !errors.Is(err, ErrAcks) {
 		t.Fatalf("got %v", err)
@@ -385,7 +385,7 @@ func TestWriterFreshEpochSkipsDescribeProducers(t *testing.T) {
 	const txn = "txn-fresh"
 	p, pid, epoch := e.producer(txn, "f1")
 	sp := ShadowPartitionFor(txn, e.n)
-	w := NewWriter(e.client(), shadowTopic)
+	w := NewWriter(e.client(), shadowTopic, nil)
 	w.MarkFresh(pid, epoch)
 	if _, err := w.Write(e.ctx, txn, pid, epoch, sp, rec(txn, pid, epoch, 1)); err != nil {
 		t.Fatal(err)

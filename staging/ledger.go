@@ -1,9 +1,87 @@
-package intercept
+package staging
 
 import (
+	"log/slog"
 	"sort"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/internal/promstat"
+	"github.com/sharetx/sharetx/upstream"
 )
+
+// Ledger is what the proxy knows of the records passing through it
+// (docs/design.md §3): the members of each share group and the principals
+// allowed to read it, the transactions and who may write them, every
+// acquisition a ShareFetch response handed to a member, and the state of
+// each offset the proxy holds (STAGING, TX_PENDING, COMMITTED, APPLIED) or
+// knows from the shadow topic. Its methods are the state machine's
+// transitions; one mutex guards it all, held for short, bounded sections and
+// never across a network call.
+type Ledger struct {
+	cfg     configs.KIP1289
+	log     *slog.Logger
+	applier *upstream.Applier // releases of aborted transactions' records
+
+	mu      sync.Mutex
+	members map[memberKey]memberInfo
+	readers map[string]map[string]bool // group → principals the broker let fetch or heartbeat in it
+	txns    map[string]txnInfo
+	parts   map[partKey]*partState
+	topics  map[string]map[[16]byte]bool // group → topic ids seen acquired
+	pending int                          // offsets STAGING..COMMITTED
+
+	// Known from the shadow topic (known.go).
+	known         map[partKey][]*knownRange
+	knownAt       map[Loc][]knownRef // shadow location → its ranges
+	waiting       map[Loc][]*Call    // redelivered records held for an open transaction
+	resolvedLocs  map[Loc]bool       // resolved before read; bounded by resolvedOrder
+	resolvedOrder []Loc
+
+	mPending  prometheus.Gauge
+	mKnown    prometheus.Gauge
+	mAbsorbed prometheus.Counter
+}
+
+// Loc is a shadow record's location: shadow partition, offset.
+type Loc = [2]int64
+
+// NewLedger builds an empty ledger; its metrics are registered in reg (nil:
+// not registered). Records of aborted transactions are released through
+// applier.
+func NewLedger(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, applier *upstream.Applier) *Ledger {
+	l := &Ledger{cfg: cfg, log: log, applier: applier,
+		members: map[memberKey]memberInfo{}, readers: map[string]map[string]bool{}, txns: map[string]txnInfo{},
+		parts: map[partKey]*partState{}, topics: map[string]map[[16]byte]bool{},
+		known: map[partKey][]*knownRange{}, knownAt: map[Loc][]knownRef{}, waiting: map[Loc][]*Call{}, resolvedLocs: map[Loc]bool{},
+		mPending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",
+			Help: "Records staged by TxnShareAcknowledge and not yet applied upstream (TX_PENDING or committed)."}),
+		mKnown: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_known_records",
+			Help: "Shadow records (of any proxy) whose staged or committed acknowledgements the proxy remembers, to screen redelivered records."}),
+		mAbsorbed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_acks_absorbed_total",
+			Help: "Offsets a client acknowledged itself while they were TX_PENDING or committed; never forwarded."}),
+	}
+	if reg != nil {
+		reg.MustRegister(l.mPending, l.mKnown, l.mAbsorbed)
+	}
+	return l
+}
+
+// Pending is the number of offsets staged or committed, not yet applied.
+func (l *Ledger) Pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending
+}
+
+// addPendingLocked moves the pending count by n.
+func (l *Ledger) addPendingLocked(n int) {
+	l.pending += n
+	l.mPending.Set(float64(l.pending))
+}
 
 // recState is a record's state as the proxy sees it (DESIGN.md §3.5).
 type recState uint8
@@ -47,7 +125,7 @@ type offState struct {
 	deadline    time.Time
 	state       recState
 	ackType     int8
-	call        *stagedCall
+	call        *Call
 	lock        time.Duration // the acquisition lock duration the broker granted
 	renewing    bool          // a RENEW of it is in flight
 	clientAcked bool          // the client's own ack of it was absorbed
@@ -174,14 +252,14 @@ func (ps *partState) settle(first, last int64) {
 // settleMember removes the ranges rs (any order) from member's acquisition
 // ranges: the broker accepted member's acknowledgement of them. Another
 // member's acquisitions of the same offsets stand.
-func (ps *partState) settleMember(rs []ackRange, member string) {
+func (ps *partState) settleMember(rs []AckRange, member string) {
 	if len(ps.acq) == 0 || len(rs) == 0 {
 		return
 	}
 	iv := make([]interval, 0, len(rs))
 	for _, r := range rs {
-		if r.first <= r.last {
-			iv = append(iv, interval{r.first, r.last})
+		if r.First <= r.Last {
+			iv = append(iv, interval{r.First, r.Last})
 		}
 	}
 	iv = mergeIntervals(iv)
@@ -232,9 +310,9 @@ func (ps *partState) pruneAcq(now time.Time, grace time.Duration) {
 	ps.acq = ps.acq[:n]
 }
 
-// stagedCall is one successful TxnShareAcknowledge: the offsets it staged
+// Call is one successful TxnShareAcknowledge: the offsets it staged
 // and the shadow record that made them part of the transaction.
-type stagedCall struct {
+type Call struct {
 	txnID      string
 	producerID int64
 	epoch      int16
@@ -283,30 +361,78 @@ func (t txnInfo) ownedBy(ident string) bool {
 	return false
 }
 
-// ackRange is a run of offsets with one type per offset, as the broker takes
+// AckRange is a run of offsets with one type per offset, as the broker takes
 // them in AcknowledgementBatches.
-type ackRange struct {
-	first, last int64
-	types       []int8 // len 1 for the whole range, or one per offset
+type AckRange struct {
+	First, Last int64
+	Types       []int8 // len 1 for the whole range, or one per offset
 }
 
 // expand returns the type of each offset of r; ok is false when the batch
 // is malformed (first > last, or a type list of the wrong length).
-func (r ackRange) expand() (offs []int64, types []int8, ok bool) {
-	if r.first > r.last || r.first < 0 || r.last-r.first > 1<<20 {
+func (r AckRange) expand() (offs []int64, types []int8, ok bool) {
+	if r.First > r.Last || r.First < 0 || r.Last-r.First > 1<<20 {
 		return nil, nil, false
 	}
-	n := int(r.last - r.first + 1)
-	if len(r.types) != 1 && len(r.types) != n {
+	n := int(r.Last - r.First + 1)
+	if len(r.Types) != 1 && len(r.Types) != n {
 		return nil, nil, false
 	}
 	for i := 0; i < n; i++ {
-		offs = append(offs, r.first+int64(i))
-		if len(r.types) == 1 {
-			types = append(types, r.types[0])
+		offs = append(offs, r.First+int64(i))
+		if len(r.Types) == 1 {
+			types = append(types, r.Types[0])
 		} else {
-			types = append(types, r.types[i])
+			types = append(types, r.Types[i])
 		}
 	}
 	return offs, types, true
 }
+
+// Matches reports whether c was staged in transaction txnID of producer id
+// pid at epoch.
+func (c *Call) Matches(txnID string, pid int64, epoch int16) bool {
+	return c.txnID == txnID && c.producerID == pid && c.epoch == epoch
+}
+
+// TxnID is the call's transactional id ("(redelivered)" for records the
+// proxy took out of a ShareFetch response).
+func (c *Call) TxnID() string { return c.txnID }
+
+// Group is the share group of the call's offsets.
+func (c *Call) Group() string { return c.group }
+
+// Member is the member that acquired the call's offsets.
+func (c *Call) Member() string { return c.member }
+
+// Len is the number of offsets of the call.
+func (c *Call) Len() int { return len(c.offsets) }
+
+// CommittedAt is when the call's transaction was seen committed (zero: not).
+func (c *Call) CommittedAt() time.Time { return c.committed }
+
+// Loc is where the call's shadow record is; ok is false for records the
+// proxy took out of a ShareFetch response (redelivered), which have none of
+// their own.
+func (c *Call) Loc() (loc Loc, ok bool) {
+	if c.redelivered || c.shadowPart < 0 || c.shadowOff < 0 {
+		return Loc{}, false
+	}
+	return Loc{int64(c.shadowPart), c.shadowOff}, true
+}
+
+// Acks are the call's acknowledgements by share session.
+func (c *Call) Acks() map[upstream.SessionKey]upstream.Acks {
+	out := map[upstream.SessionKey]upstream.Acks{}
+	for _, r := range c.offsets {
+		k := upstream.SessionKey{Node: r.node, Group: c.group, Member: c.member}
+		if out[k] == nil {
+			out[k] = upstream.Acks{}
+		}
+		out[k].Add(upstream.TopicPartition{Topic: r.part.topic, Partition: r.part.partition}, r.offset, r.ackType)
+	}
+	return out
+}
+
+// Absorbed counts the client acknowledgements absorbed so far.
+func (l *Ledger) Absorbed() float64 { return promstat.Value(l.mAbsorbed) }

@@ -1,4 +1,4 @@
-package intercept
+package staging
 
 import (
 	"sort"
@@ -18,19 +18,31 @@ import (
 // partition, never by the width of a range: a batch [0, 2^40] with one type
 // is cut around the held offsets, not expanded.
 
-// ackPlan is what one partition's client acknowledgement changes in the
+// AckPlan is what one partition's client acknowledgement changes in the
 // ledger once the broker accepts it.
-type ackPlan struct {
+type AckPlan struct {
 	k        partKey
 	member   string
 	topic    [16]byte
 	part     int32
 	allHeld  bool       // nothing of it went upstream: the session's answer decides
-	settle   []ackRange // the member's acquisition ranges to settle (types unused)
+	settle   []AckRange // the member's acquisition ranges to settle (types unused)
 	owed     []int64    // owed acknowledgements taken
 	acked    []int64    // held offsets of the member the client acknowledged
 	released []bool     // ...with RELEASE
 	drop     []int64    // the member's plain entries to forget
+}
+
+// Applies reports whether the plan is to be applied: the broker accepted
+// the request's session (the response's top-level code is 0) and, unless
+// every offset was held back, the partition's acknowledgement (codeOf: the
+// partition's acknowledgement code in the response, false if absent).
+func (p *AckPlan) Applies(codeOf func(topic [16]byte, partition int32) (int16, bool)) bool {
+	if p.allHeld {
+		return true
+	}
+	code, ok := codeOf(p.topic, p.part)
+	return ok && code == 0
 }
 
 // expandLimit: an acknowledgement of at most this many offsets in all is
@@ -39,49 +51,49 @@ type ackPlan struct {
 var expandLimit int64 = 4096
 
 // validBatch reports whether b is well-formed, without expanding it.
-func validBatch(b ackRange) bool {
-	if b.first < 0 || b.first > b.last {
+func validBatch(b AckRange) bool {
+	if b.First < 0 || b.First > b.Last {
 		return false
 	}
-	return len(b.types) == 1 || int64(len(b.types)) == b.last-b.first+1
+	return len(b.Types) == 1 || int64(len(b.Types)) == b.Last-b.First+1
 }
 
-func (b ackRange) typeAt(o int64) int8 {
-	if len(b.types) == 1 {
-		return b.types[0]
+func (b AckRange) typeAt(o int64) int8 {
+	if len(b.Types) == 1 {
+		return b.Types[0]
 	}
-	return b.types[o-b.first]
+	return b.Types[o-b.First]
 }
 
 // sub returns the part [first, last] of b, with its types.
-func (b ackRange) sub(first, last int64) ackRange {
-	if len(b.types) == 1 {
-		return ackRange{first, last, b.types}
+func (b AckRange) sub(first, last int64) AckRange {
+	if len(b.Types) == 1 {
+		return AckRange{first, last, b.Types}
 	}
-	return ackRange{first, last, b.types[first-b.first : last-b.first+1]}
+	return AckRange{first, last, b.Types[first-b.First : last-b.First+1]}
 }
 
 // interval is an inclusive offset range.
 type interval struct{ first, last int64 }
 
-// filterClientAcks returns what of member's acknowledgement goes upstream,
+// FilterClientAcks returns what of member's acknowledgement goes upstream,
 // how many offsets were held back, and the plan to apply if the broker
 // accepts it (nil: nothing to apply). It changes nothing.
-func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partition int32, batches []ackRange) (out []ackRange, held int, plan *ackPlan) {
+func (l *Ledger) FilterClientAcks(group, member string, topic [16]byte, partition int32, batches []AckRange) (out []AckRange, held int, plan *AckPlan) {
 	for _, b := range batches {
 		if !validBatch(b) {
 			return batches, 0, nil // malformed: the broker answers INVALID_REQUEST
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	k := partKey{group, topic, partition}
-	ps := e.parts[k]
-	known := e.known[k]
+	ps := l.parts[k]
+	known := l.known[k]
 	if ps == nil && len(known) == 0 {
 		return batches, 0, nil
 	}
-	plan = &ackPlan{k: k, member: member, topic: topic, part: partition}
+	plan = &AckPlan{k: k, member: member, topic: topic, part: partition}
 	if ps == nil || (len(ps.offsets) == 0 && len(ps.owed) == 0 && len(known) == 0) {
 		plan.settle = batches // nothing held, known or owed: the common case
 		return batches, 0, plan
@@ -107,7 +119,7 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 	}
 	// decide classifies offset o of batch b: held back or not, and notes
 	// in the plan what the ack changes if accepted.
-	decide := func(b ackRange, o int64) bool {
+	decide := func(b AckRange, o int64) bool {
 		if ow, ok := ps.owed[o]; ok && ow.member == member && now.Before(ow.until) {
 			plan.owed = append(plan.owed, o)
 			return true
@@ -135,7 +147,7 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 	// request, else by the proxy's state (wideHeld), never by the ranges.
 	var width int64
 	for _, b := range batches {
-		width += b.last - b.first + 1
+		width += b.Last - b.First + 1
 		if width > expandLimit || width < 0 {
 			width = expandLimit + 1
 			break
@@ -145,7 +157,7 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 	for _, b := range batches {
 		var hold []interval
 		if perOffset {
-			for o := b.first; o <= b.last; o++ {
+			for o := b.First; o <= b.Last; o++ {
 				if decide(b, o) {
 					if n := len(hold); n > 0 && hold[n-1].last == o-1 {
 						hold[n-1].last = o
@@ -155,12 +167,12 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 				}
 			}
 		} else {
-			hold = e.wideHeld(b, known, pointsIn(b.first, b.last), ps, decide)
+			hold = l.wideHeld(b, known, pointsIn(b.First, b.Last), ps, decide)
 		}
 		// What goes upstream: b minus hold. What the member settles: b
 		// minus the owed offsets (an owed ack was of the aborted
 		// delivery; a later acquisition of the offset stands).
-		next := b.first
+		next := b.First
 		for _, h := range hold {
 			held += int(h.last - h.first + 1)
 			if h.first > next {
@@ -168,8 +180,8 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 			}
 			next = h.last + 1
 		}
-		if next <= b.last {
-			out = append(out, b.sub(next, b.last))
+		if next <= b.Last {
+			out = append(out, b.sub(next, b.Last))
 		}
 		plan.settle = append(plan.settle, b)
 	}
@@ -180,20 +192,20 @@ func (e *KIP1289) filterClientAcks(group, member string, topic [16]byte, partiti
 		return batches, 0, plan
 	}
 	plan.allHeld = len(out) == 0
-	e.m.absorbed.Add(float64(held))
+	l.mAbsorbed.Add(float64(held))
 	return out, held, plan
 }
 
 // wideHeld is decide over a wide batch: the offsets with state (points) one
 // by one, and the known ranges overlapping it as a whole (less the points
 // that decide keeps).
-func (e *KIP1289) wideHeld(b ackRange, known []*knownRange, points []int64, ps *partState, decide func(ackRange, int64) bool) []interval {
+func (l *Ledger) wideHeld(b AckRange, known []*knownRange, points []int64, ps *partState, decide func(AckRange, int64) bool) []interval {
 	var hold []interval
 	for _, r := range known {
-		if r.last < b.first || r.first > b.last {
+		if r.last < b.First || r.first > b.Last {
 			continue
 		}
-		hold = append(hold, interval{max(r.first, b.first), min(r.last, b.last)})
+		hold = append(hold, interval{max(r.first, b.First), min(r.last, b.Last)})
 	}
 	var keep []int64
 	for _, o := range points {
@@ -207,14 +219,14 @@ func (e *KIP1289) wideHeld(b ackRange, known []*knownRange, points []int64, ps *
 	if len(keep) == 0 {
 		return hold
 	}
-	rs := make([]ackRange, len(hold))
+	rs := make([]AckRange, len(hold))
 	for i, h := range hold {
-		rs[i] = ackRange{first: h.first, last: h.last, types: []int8{0}}
+		rs[i] = AckRange{First: h.first, Last: h.last, Types: []int8{0}}
 	}
 	rs = minusPoints(rs, keep)
 	hold = hold[:0]
 	for _, r := range rs {
-		hold = append(hold, interval{r.first, r.last})
+		hold = append(hold, interval{r.First, r.Last})
 	}
 	return hold
 }
@@ -239,14 +251,14 @@ func mergeIntervals(in []interval) []interval {
 
 // minusPoints removes the offsets pts (any order) from the ranges rs,
 // splitting ranges (and their types) around them.
-func minusPoints(rs []ackRange, pts []int64) []ackRange {
+func minusPoints(rs []AckRange, pts []int64) []AckRange {
 	sorted := append([]int64(nil), pts...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	var out []ackRange
+	var out []AckRange
 	for _, r := range rs {
-		next := r.first
-		i := sort.Search(len(sorted), func(i int) bool { return sorted[i] >= r.first })
-		for ; i < len(sorted) && sorted[i] <= r.last; i++ {
+		next := r.First
+		i := sort.Search(len(sorted), func(i int) bool { return sorted[i] >= r.First })
+		for ; i < len(sorted) && sorted[i] <= r.Last; i++ {
 			p := sorted[i]
 			if p < next {
 				continue // duplicate point
@@ -256,19 +268,19 @@ func minusPoints(rs []ackRange, pts []int64) []ackRange {
 			}
 			next = p + 1
 		}
-		if next <= r.last {
-			out = append(out, r.sub(next, r.last))
+		if next <= r.Last {
+			out = append(out, r.sub(next, r.Last))
 		}
 	}
 	return out
 }
 
-// applyAckPlan makes the ledger follow an acknowledgement the broker
+// ApplyAckPlan makes the ledger follow an acknowledgement the broker
 // accepted (or, all held back, whose session the broker accepted).
-func (e *KIP1289) applyAckPlan(p *ackPlan) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ps := e.parts[p.k]
+func (l *Ledger) ApplyAckPlan(p *AckPlan) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ps := l.parts[p.k]
 	if ps == nil {
 		return
 	}

@@ -1,20 +1,135 @@
-package intercept
+package staging
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-
 	"github.com/sharetx/sharetx/kip1289"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// txnAckError refuses a whole call: the reference layout has no top-level
+// ShadowWriter writes a shadow record inside a client's transaction.
+type ShadowWriter interface {
+	Write(ctx context.Context, txnID string, producerID int64, epoch int16, partition int32, rec *ShadowRecord) (int64, error)
+}
+
+type partResult struct {
+	topic     [16]byte
+	partition int32
+	code      int16
+	msg       string
+}
+
+// writeErrorCode maps a failed shadow write to the code a KIP-1289 client
+// acts on correctly (docs/protocol.md): the broker's own verdict on the
+// producer (fenced, wrong epoch or mapping, not authorised) and retriable
+// codes pass through; anything else aborts the transaction, which is always
+// safe, where a code the reference client does not know would be fatal.
+func writeErrorCode(err error) int16 {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidProducerIDMapping,
+			kerr.TransactionalIDAuthorizationFailed, kerr.TransactionAbortable:
+			return ke.Code
+		}
+		if ke.Retriable && !errors.Is(err, ErrOutcomeUnknown) {
+			return ke.Code
+		}
+	}
+	return kerr.TransactionAbortable.Code
+}
+
+// Stager stages TxnShareAcknowledge calls (docs/design.md §4): it checks a
+// call against the ledger and moves its offsets to STAGING, writes the
+// shadow record inside the caller's transaction, and only then marks them
+// TX_PENDING. It is built once the shadow topic is ready.
+type Stager struct {
+	ledger     *Ledger
+	writer     ShadowWriter
+	partitions int32 // of the shadow topic
+	proxyID    string
+	log        *slog.Logger
+}
+
+// NewStager stages into ledger, writing shadow records with w into a shadow
+// topic of partitions partitions; proxyID names this process in them.
+func NewStager(ledger *Ledger, w ShadowWriter, partitions int32, proxyID string, log *slog.Logger) *Stager {
+	return &Stager{ledger: ledger, writer: w, partitions: partitions, proxyID: proxyID, log: log}
+}
+
+// Staged is a call the Stager staged: where its shadow record is, to be
+// resolved by the record's transaction marker (markers.Resolver).
+type Staged struct {
+	Loc  Loc
+	Call *Call
+}
+
+// Stage answers a TxnShareAcknowledge from principal ident: all or
+// nothing. On success the answer is OK and Staged is set.
+func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest, ident string) (*kip1289.TxnShareAcknowledgeResponse, *Staged) {
+	l := s.ledger
+	resp, call := l.validateAndReserve(req, ident)
+	if resp != nil {
+		return resp, nil
+	}
+	rec := &ShadowRecord{
+		Version: 1, ProxyID: s.proxyID, TransactionalID: call.txnID,
+		ProducerID: call.producerID, ProducerEpoch: call.epoch, GroupID: req.GroupID, MemberID: call.member,
+	}
+	for _, t := range req.Topics {
+		st := ShadowTopic{TopicID: t.TopicID}
+		for _, p := range t.Partitions {
+			sp := ShadowPartition{Partition: p.Partition}
+			for _, b := range p.AcknowledgementBatches {
+				sp.Batches = append(sp.Batches, ShadowBatch{FirstOffset: b.FirstOffset, LastOffset: b.LastOffset, AcknowledgeTypes: b.AcknowledgeTypes})
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		rec.Topics = append(rec.Topics, st)
+	}
+	part := ShadowPartitionFor(call.txnID, s.partitions)
+	off, err := s.writer.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
+	if err != nil {
+		l.unstage(call)
+		s.log.Info("TxnShareAcknowledge: the shadow write failed", "txn", call.txnID, "err", err)
+		return ErrorResponse(req, writeErrorCode(err), "sharetx: writing the staged acknowledgements into the transaction failed: "+kerrName(err)), nil
+	}
+	loc := Loc{int64(part), off}
+	l.markPending(call, loc, rec)
+	return okResponse(req), &Staged{Loc: loc, Call: call}
+}
+
+// MarkFresh tells the shadow writer that the coordinator just gave
+// producerID this epoch: its first shadow record starts at sequence 0.
+func (s *Stager) MarkFresh(producerID int64, epoch int16) {
+	if f, ok := s.writer.(interface{ MarkFresh(int64, int16) }); ok {
+		f.MarkFresh(producerID, epoch)
+	}
+}
+
+// kerrName names a failed write by its Kafka error only: the writer's own
+// message may carry the broker's, which can name epochs and sequences.
+func kerrName(err error) string {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Message
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	return "see the proxy's log"
+}
+
+// ErrorResponse refuses a whole call: the reference layout has no top-level
 // message, so the code stands on every partition of the request too (the
 // reference client reads the top-level code first), and the message on the
 // first only, so a refusal is no larger than the answer a well-formed
 // request of the same partitions gets.
-func txnAckError(req *kip1289.TxnShareAcknowledgeRequest, code int16, msg string) *kip1289.TxnShareAcknowledgeResponse {
+func ErrorResponse(req *kip1289.TxnShareAcknowledgeRequest, code int16, msg string) *kip1289.TxnShareAcknowledgeResponse {
 	r := &kip1289.TxnShareAcknowledgeResponse{ErrorCode: code}
 	first := true
 	for _, t := range req.Topics {
@@ -48,7 +163,7 @@ type preParsed struct {
 // partition count and the offset count (without expanding) against the
 // limits, then each batch (well-formed, no offset twice, transactional
 // types only). Work and memory are bounded by kip1289.max_offsets_per_call.
-func (e *KIP1289) preParse(req *kip1289.TxnShareAcknowledgeRequest) ([]preParsed, *kip1289.TxnShareAcknowledgeResponse) {
+func (l *Ledger) preParse(req *kip1289.TxnShareAcknowledgeRequest) ([]preParsed, *kip1289.TxnShareAcknowledgeResponse) {
 	parts, offs := 0, int64(0)
 	for _, t := range req.Topics {
 		parts += len(t.Partitions)
@@ -58,14 +173,14 @@ func (e *KIP1289) preParse(req *kip1289.TxnShareAcknowledgeRequest) ([]preParsed
 					continue // refused below, per partition
 				}
 				offs += b.LastOffset - b.FirstOffset + 1
-				if offs > int64(e.cfg.MaxOffsetsPerCall) {
-					return nil, txnAckError(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: more than kip1289.max_offsets_per_call=%d offsets in one call; stage them in several calls", e.cfg.MaxOffsetsPerCall))
+				if offs > int64(l.cfg.MaxOffsetsPerCall) {
+					return nil, ErrorResponse(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: more than kip1289.max_offsets_per_call=%d offsets in one call; stage them in several calls", l.cfg.MaxOffsetsPerCall))
 				}
 			}
 		}
 	}
-	if parts > e.cfg.MaxPartitionsPerCall {
-		return nil, txnAckError(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: more than kip1289.max_partitions_per_call=%d partitions in one call", e.cfg.MaxPartitionsPerCall))
+	if parts > l.cfg.MaxPartitionsPerCall {
+		return nil, ErrorResponse(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: more than kip1289.max_partitions_per_call=%d partitions in one call", l.cfg.MaxPartitionsPerCall))
 	}
 	out := make([]preParsed, 0, parts)
 	for _, t := range req.Topics {
@@ -83,7 +198,7 @@ func preParsePartition(topic [16]byte, p kip1289.TxnShareAcknowledgePartition) p
 		seen = map[int64]bool{}
 	}
 	for _, b := range p.AcknowledgementBatches {
-		offs, types, ok := ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}.expand()
+		offs, types, ok := AckRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes}.expand()
 		if !ok {
 			pp.code, pp.msg = kerr.InvalidRequest.Code, fmt.Sprintf("malformed batch %d-%d with %d types", b.FirstOffset, b.LastOffset, len(b.AcknowledgeTypes))
 			return pp
@@ -113,28 +228,24 @@ func preParsePartition(topic [16]byte, p kip1289.TxnShareAcknowledgePartition) p
 // retry); the codes are the ones the reference broker sends, chosen by what
 // the reference client does with them (docs/protocol.md). Messages name
 // nothing the caller did not send: no epochs, no other member's offsets.
-func (e *KIP1289) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest) (*kip1289.TxnShareAcknowledgeResponse, *stagedCall) {
-	return e.validateAndReserveAs(req, "")
-}
-
-func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, ident string) (*kip1289.TxnShareAcknowledgeResponse, *stagedCall) {
+func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ident string) (*kip1289.TxnShareAcknowledgeResponse, *Call) {
 	if req.TransactionalID == nil || *req.TransactionalID == "" {
-		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: TxnShareAcknowledge needs a TransactionalId"), nil
+		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: TxnShareAcknowledge needs a TransactionalId"), nil
 	}
-	pre, refused := e.preParse(req)
+	pre, refused := l.preParse(req)
 	if refused != nil {
 		return refused, nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	txnID := *req.TransactionalID
 	pid, epoch := req.ProducerID, req.ProducerEpoch
-	t, known := e.txns[txnID]
+	t, known := l.txns[txnID]
 	if known && !t.ownedBy(ident) {
 		// The broker accepted this transactional id's InitProducerId or
 		// writes only from other principals: the caller has not shown
 		// WRITE on it.
-		return txnAckError(req, kerr.TransactionalIDAuthorizationFailed.Code, "sharetx: not authorized to use this transactional id through this proxy (its InitProducerId or writes reached the broker from another principal)"), nil
+		return ErrorResponse(req, kerr.TransactionalIDAuthorizationFailed.Code, "sharetx: not authorized to use this transactional id through this proxy (its InitProducerId or writes reached the broker from another principal)"), nil
 	}
 	switch {
 	case pid == -1 && epoch == -1:
@@ -143,11 +254,11 @@ func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, 
 			// Retriable: the proxy learns the transaction from the
 			// client's next accepted transactional write (a restarted
 			// proxy) or its InitProducerId.
-			return txnAckError(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
+			return ErrorResponse(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
 		}
 		pid, epoch = t.producerID, t.epoch
 	case pid < 0 || epoch < 0:
-		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: ProducerId and ProducerEpoch must both be set, or both be -1 (sharetx extension)"), nil
+		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: ProducerId and ProducerEpoch must both be set, or both be -1 (sharetx extension)"), nil
 	case !known || (t.producerID == pid && epoch > t.epoch):
 		// The proxy writes the shadow record with its own credentials, so
 		// it stages only into transactions whose ids it saw the
@@ -155,27 +266,27 @@ func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, 
 		// restarted proxy, or one that missed the epoch, learns it from
 		// the client's next accepted transactional write or EndTxn, so
 		// aborting this transaction is enough to go on.
-		return txnAckError(req, kerr.TransactionAbortable.Code, "sharetx: this transaction's producer id and epoch were not seen initialising, producing or ending through this proxy (a restarted proxy learns them from the next accepted transactional write or EndTxn); abort the transaction and retry"), nil
+		return ErrorResponse(req, kerr.TransactionAbortable.Code, "sharetx: this transaction's producer id and epoch were not seen initialising, producing or ending through this proxy (a restarted proxy learns them from the next accepted transactional write or EndTxn); abort the transaction and retry"), nil
 	case t.producerID != pid:
-		return txnAckError(req, kerr.InvalidProducerIDMapping.Code, "sharetx: the producer id is not the transactional id's"), nil
+		return ErrorResponse(req, kerr.InvalidProducerIDMapping.Code, "sharetx: the producer id is not the transactional id's"), nil
 	case epoch < t.epoch:
-		return txnAckError(req, kerr.ProducerFenced.Code, "sharetx: the producer epoch is not the transactional id's current one"), nil
+		return ErrorResponse(req, kerr.ProducerFenced.Code, "sharetx: the producer epoch is not the transactional id's current one"), nil
 	}
-	if !e.readsGroupLocked(req.GroupID, ident) {
-		return txnAckError(req, kerr.GroupAuthorizationFailed.Code, "sharetx: not authorized for this group through this proxy (no member of it fetched through this proxy as this principal)"), nil
+	if !l.readsGroupLocked(req.GroupID, ident) {
+		return ErrorResponse(req, kerr.GroupAuthorizationFailed.Code, "sharetx: not authorized for this group through this proxy (no member of it fetched through this proxy as this principal)"), nil
 	}
 	member := req.MemberID
 	if member != "" {
-		mi, ok := e.members[memberKey{req.GroupID, member}]
+		mi, ok := l.members[memberKey{req.GroupID, member}]
 		if !ok || mi.ident != ident {
-			return txnAckError(req, kerr.UnknownMemberID.Code, "sharetx: the member is not known to the group through this proxy"), nil
+			return ErrorResponse(req, kerr.UnknownMemberID.Code, "sharetx: the member is not known to the group through this proxy"), nil
 		}
 		if req.MemberEpoch != mi.epoch {
-			return txnAckError(req, kerr.StaleMemberEpoch.Code, "sharetx: the member epoch is not the member's current one"), nil
+			return ErrorResponse(req, kerr.StaleMemberEpoch.Code, "sharetx: the member epoch is not the member's current one"), nil
 		}
 	}
 
-	call := &stagedCall{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
+	call := &Call{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
 	var results []partResult
 	failed := false
 	total, retried := 0, 0
@@ -184,7 +295,7 @@ func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, 
 		var refs []offRef
 		dup := 0
 		if code == 0 {
-			code, msg, refs, dup = e.checkOffsets(req.GroupID, &member, ident, call, pp)
+			code, msg, refs, dup = l.checkOffsets(req.GroupID, &member, ident, call, pp)
 		}
 		if code != 0 {
 			failed = true
@@ -200,21 +311,20 @@ func (e *KIP1289) validateAndReserveAs(req *kip1289.TxnShareAcknowledgeRequest, 
 		// same answer, nothing written twice.
 		return okResponse(req), nil
 	case !failed && retried > 0:
-		return txnAckError(req, kerr.InvalidRecordState.Code, "sharetx: some of these offsets are already staged in this transaction by an earlier call, others not; send the earlier call again as it was, or the others alone"), nil
+		return ErrorResponse(req, kerr.InvalidRecordState.Code, "sharetx: some of these offsets are already staged in this transaction by an earlier call, others not; send the earlier call again as it was, or the others alone"), nil
 	case !failed && total == 0:
-		return txnAckError(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
-	case !failed && e.pending+total > e.cfg.MaxPendingRecords:
-		return txnAckError(req, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", e.cfg.MaxPendingRecords)), nil
+		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
+	case !failed && l.pending+total > l.cfg.MaxPendingRecords:
+		return ErrorResponse(req, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", l.cfg.MaxPendingRecords)), nil
 	case failed:
 		return partialFailure(results), nil
 	}
 	call.member = member
 	for _, r := range call.offsets {
-		st := e.parts[r.part].offsets[r.offset]
+		st := l.parts[r.part].offsets[r.offset]
 		st.state, st.call, st.ackType = stStaging, call, r.ackType
 	}
-	e.pending += total
-	e.m.pending.Set(float64(e.pending))
+	l.addPendingLocked(total)
 	return nil, call
 }
 
@@ -269,20 +379,20 @@ func okResponse(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknow
 	return ok
 }
 
-// checkOffsets validates one partition's offsets against the ledger; e.mu
+// checkOffsets validates one partition's offsets against the ledger; l.mu
 // is held. member is resolved from the first acquired offset when empty,
 // among the acquisitions of the caller's principal (ident). dup counts
 // offsets already staged with the same type by an earlier call of the same
 // transaction (a retry).
-func (e *KIP1289) checkOffsets(group string, member *string, ident string, call *stagedCall, pp preParsed) (code int16, msg string, refs []offRef, dup int) {
+func (l *Ledger) checkOffsets(group string, member *string, ident string, call *Call, pp preParsed) (code int16, msg string, refs []offRef, dup int) {
 	const notAcquired = "offset %d is not acquired by this member through this proxy"
-	if !e.topics[group][pp.topic] {
+	if !l.topics[group][pp.topic] {
 		// Not UNKNOWN_TOPIC_ID: the reference client retries that (after a
 		// metadata refresh), and no retry makes records acquired.
 		return kerr.InvalidRecordState.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil, 0
 	}
 	k := partKey{group, pp.topic, pp.part}
-	ps := e.parts[k]
+	ps := l.parts[k]
 	now := time.Now()
 	for i, o := range pp.offs {
 		var st *offState
@@ -310,4 +420,14 @@ func (e *KIP1289) checkOffsets(group string, member *string, ident string, call 
 		refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: pp.types[i]})
 	}
 	return 0, "", refs, dup
+}
+
+// ShadowTopic is the shadow topic's id, when the writer knows it, and its
+// partition count.
+func (s *Stager) ShadowTopic() (id [16]byte, partitions int32, ok bool) {
+	t, ok := s.writer.(interface{ TopicID() [16]byte })
+	if !ok {
+		return [16]byte{}, 0, false
+	}
+	return t.TopicID(), s.partitions, true
 }

@@ -1,6 +1,7 @@
-package intercept
+package staging
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"reflect"
@@ -12,15 +13,16 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/kip1289"
+	"github.com/sharetx/sharetx/upstream"
 )
 
 func TestCompressExpand(t *testing.T) {
 	m := map[int64]int8{5: 1, 6: 1, 7: 1, 9: 3, 10: 1, 11: 3}
-	var got []ackRange
+	var got []AckRange
 	for _, b := range kip1289.Batches(m) {
-		got = append(got, ackRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes})
+		got = append(got, AckRange{b.FirstOffset, b.LastOffset, b.AcknowledgeTypes})
 	}
-	want := []ackRange{{5, 7, []int8{1}}, {9, 11, []int8{3, 1, 3}}}
+	want := []AckRange{{5, 7, []int8{1}}, {9, 11, []int8{3, 1, 3}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Batches = %+v, want %+v", got, want)
 	}
@@ -37,17 +39,18 @@ func TestCompressExpand(t *testing.T) {
 	if !reflect.DeepEqual(back, m) {
 		t.Fatalf("round trip %v, want %v", back, m)
 	}
-	for _, bad := range []ackRange{{5, 4, []int8{1}}, {1, 3, []int8{1, 1}}, {-1, 2, []int8{1}}, {0, 0, nil}} {
+	for _, bad := range []AckRange{{5, 4, []int8{1}}, {1, 3, []int8{1, 1}}, {-1, 2, []int8{1}}, {0, 0, nil}} {
 		if _, _, ok := bad.expand(); ok {
 			t.Errorf("malformed %+v expanded", bad)
 		}
 	}
 }
 
-func testEngine() *KIP1289 {
+func testEngine() *Ledger {
 	cfg := configs.Default().KIP1289
 	cfg.MaxPendingRecords = 8
-	return NewKIP1289(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return NewLedger(cfg, log, nil, upstream.NewApplier(upstream.NewSessions(context.Background(), nil, log), log, nil))
 }
 
 func acq(first, last int64) []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord {
@@ -64,9 +67,9 @@ func txnReq(topic [16]byte, part int32, batches ...kip1289.TxnShareAcknowledgeBa
 func TestValidateErrors(t *testing.T) {
 	topic := [16]byte{1}
 	e := testEngine()
-	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
-	e.acquired("", 0, "g", "m2", topic, 1, acq(0, 9), time.Minute)
-	e.setMember("", "g", "m1", 5)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.Acquired("", 0, "g", "m2", topic, 1, acq(0, 9), time.Minute)
+	e.SetMember("", "g", "m1", 5)
 
 	// A transactional id the proxy has not seen: with ProducerId -1 (the
 	// extension) the proxy cannot know the ids yet and asks for a retry;
@@ -74,51 +77,51 @@ func TestValidateErrors(t *testing.T) {
 	// a code the reference client aborts on (never a fatal one).
 	req := txnReq(topic, 0, ab(0, 1, 1))
 	req.ProducerID, req.ProducerEpoch = -1, -1
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.CoordinatorLoadInProgress.Code || r.Topics[0].Partitions[0].ErrorCode != r.ErrorCode {
+	if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.CoordinatorLoadInProgress.Code || r.Topics[0].Partitions[0].ErrorCode != r.ErrorCode {
 		t.Fatalf("unknown transactional id, ProducerId -1: %+v", r)
 	}
-	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1))); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1)), ""); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
 		t.Fatalf("unknown transactional id, explicit ids: %+v", r)
 	}
 	req.TransactionalID = nil
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.InvalidRequest.Code {
+	if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.InvalidRequest.Code {
 		t.Fatalf("null transactional id: %+v", r)
 	}
-	e.setTxn("", "tx", 7, 2)
+	e.SetTxn("", "tx", 7, 2)
 	req = txnReq(topic, 0, ab(0, 1, 1))
 	req.ProducerEpoch = 1
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.ProducerFenced.Code {
+	if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.ProducerFenced.Code {
 		t.Fatalf("old epoch: %+v", r)
 	}
 	req.ProducerEpoch = 3
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
+	if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
 		t.Fatalf("an epoch the proxy has not seen: %+v", r)
 	}
 	req.ProducerID, req.ProducerEpoch = 8, 2
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.InvalidProducerIDMapping.Code {
+	if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.InvalidProducerIDMapping.Code {
 		t.Fatalf("another producer id: %+v", r)
 	}
 	m := "m1"
 	req = txnReq(topic, 0, ab(0, 1, 1))
 	for _, ep := range []int32{4, 6, -1} { // stale, ahead, and no wildcard
 		req.MemberID, req.MemberEpoch = m, ep
-		if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.StaleMemberEpoch.Code {
+		if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.StaleMemberEpoch.Code {
 			t.Fatalf("member epoch %d (current 5): %+v", ep, r)
 		}
 	}
 	req.MemberID = "m9"
-	if r, _ := e.validateAndReserve(req); r == nil || r.ErrorCode != kerr.UnknownMemberID.Code {
+	if r, _ := e.validateAndReserve(req, ""); r == nil || r.ErrorCode != kerr.UnknownMemberID.Code {
 		t.Fatalf("unknown member: %+v", r)
 	}
 	req = txnReq(topic, 0, ab(0, 1, 1))
 	req.ProducerID, req.ProducerEpoch = -1, -1
-	if r, call := e.validateAndReserve(req); call == nil || call.producerID != 7 || call.epoch != 2 {
+	if r, call := e.validateAndReserve(req, ""); call == nil || call.producerID != 7 || call.epoch != 2 {
 		t.Fatalf("ProducerId -1 takes the ids the proxy saw: %+v %+v", r, call)
 	} else {
 		e.unstage(call)
 	}
 	partErr := func(req *kip1289.TxnShareAcknowledgeRequest) int16 {
-		r, call := e.validateAndReserve(req)
+		r, call := e.validateAndReserve(req, "")
 		if call != nil {
 			e.unstage(call)
 			return 0
@@ -154,7 +157,7 @@ func TestValidateErrors(t *testing.T) {
 	req.MemberEpoch = 5
 	req.Topics[0].Partitions = append(req.Topics[0].Partitions, kip1289.TxnShareAcknowledgePartition{Partition: 1,
 		AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{ab(0, 0, 1)}})
-	r, call := e.validateAndReserve(req)
+	r, call := e.validateAndReserve(req, "")
 	if call != nil || r == nil {
 		t.Fatal("partial failure staged something")
 	}
@@ -170,14 +173,14 @@ func TestValidateErrors(t *testing.T) {
 	}
 
 	// Staged offsets cannot be staged again, and count against the limit.
-	_, call = e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)))
+	_, call = e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)), "")
 	if call == nil {
 		t.Fatal("valid call refused")
 	}
 	if got := partErr(txnReq(topic, 0, ab(4, 4, 1))); got != kerr.InvalidRecordState.Code {
 		t.Errorf("already staged: %d", got)
 	}
-	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(5, 9, 1))); r == nil || r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(5, 9, 1)), ""); r == nil || r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
 		t.Errorf("over max_pending_records (8; 5 staged + 5): %+v", r)
 	}
 }
@@ -187,21 +190,21 @@ func TestValidateErrors(t *testing.T) {
 func TestClientAcksHeldBack(t *testing.T) {
 	topic := [16]byte{2}
 	e := testEngine()
-	e.setTxn("", "tx", 7, 2)
-	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
-	_, call := e.validateAndReserve(txnReq(topic, 0, ab(2, 4, 1)))
+	e.SetTxn("", "tx", 7, 2)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	_, call := e.validateAndReserve(txnReq(topic, 0, ab(2, 4, 1)), "")
 	if call == nil {
 		t.Fatal("not staged")
 	}
-	out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
+	out, held := ackAccepted(e, "g", "m1", topic, 0, []AckRange{{0, 9, []int8{1}}})
 	if held != 3 {
 		t.Fatalf("held %d, want 3", held)
 	}
-	if want := []ackRange{{0, 1, []int8{1}}, {5, 9, []int8{1}}}; !reflect.DeepEqual(out, want) {
+	if want := []AckRange{{0, 1, []int8{1}}, {5, 9, []int8{1}}}; !reflect.DeepEqual(out, want) {
 		t.Fatalf("forwarded %+v, want %+v", out, want)
 	}
 	// Commit then apply: the absorbed offsets are forgotten.
-	e.finish(call)
+	e.Finish(call)
 	if len(e.parts[partKey{"g", topic, 0}].offsets) != 0 {
 		t.Fatalf("offsets left: %v", e.parts[partKey{"g", topic, 0}].offsets)
 	}
@@ -217,16 +220,16 @@ func TestClientAcksHeldBack(t *testing.T) {
 func TestAcquisitionRanges(t *testing.T) {
 	e := testEngine()
 	e.cfg.MaxPendingRecords = 1000
-	e.setTxn("", "tx", 7, 2)
+	e.SetTxn("", "tx", 7, 2)
 	topic := [16]byte{1}
 	k := partKey{"g", topic, 0}
-	e.acquired("", 1, "g", "m1", topic, 0, acq(0, 99), time.Minute)
+	e.Acquired("", 1, "g", "m1", topic, 0, acq(0, 99), time.Minute)
 	ps := e.parts[k]
 	if len(ps.offsets) != 0 || len(ps.acq) != 1 {
 		t.Fatalf("one fetch of 100 records: %d entries, %d ranges; want 0 and 1", len(ps.offsets), len(ps.acq))
 	}
 	// The client acks 10-19 and 50: split into [0,9] [20,49] [51,99].
-	out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
+	out, held := ackAccepted(e, "g", "m1", topic, 0, []AckRange{{10, 19, []int8{1}}, {50, 50, []int8{2}}})
 	if held != 0 || len(out) != 2 {
 		t.Fatalf("plain acks: held %d, out %+v", held, out)
 	}
@@ -243,7 +246,7 @@ func TestAcquisitionRanges(t *testing.T) {
 		t.Fatalf("staging an offset the client acked: error %d, want INVALID_RECORD_STATE", got)
 	}
 	// Stage 20-24 (member m1, resolved from the range).
-	r, call := e.validateAndReserve(txnReq(topic, 0, ab(20, 24, 1)))
+	r, call := e.validateAndReserve(txnReq(topic, 0, ab(20, 24, 1)), "")
 	if call == nil {
 		t.Fatalf("staging acquired offsets refused: %+v", r)
 	}
@@ -252,7 +255,7 @@ func TestAcquisitionRanges(t *testing.T) {
 	}
 	// Redelivered to m2 (the broker released them): the held ones stay
 	// staged; the others are m2's now.
-	e.acquired("", 1, "g", "m2", topic, 0, acq(20, 29), time.Minute)
+	e.Acquired("", 1, "g", "m2", topic, 0, acq(20, 29), time.Minute)
 	if st := ps.get(22); st == nil || !st.state.held() || st.member != "m1" {
 		t.Fatalf("held offset 22 after a redelivery: %+v", st)
 	}
@@ -260,8 +263,8 @@ func TestAcquisitionRanges(t *testing.T) {
 		t.Fatalf("offset 27 after a redelivery to m2: %+v", st)
 	}
 	// A client ack of a held offset is held back, and the rest settle.
-	out, held = ackAccepted(e, "g", "m1", topic, 0, []ackRange{{20, 29, []int8{1}}})
-	if held != 5 || len(out) != 1 || out[0].first != 25 || out[0].last != 29 {
+	out, held = ackAccepted(e, "g", "m1", topic, 0, []AckRange{{20, 29, []int8{1}}})
+	if held != 5 || len(out) != 1 || out[0].First != 25 || out[0].Last != 29 {
 		t.Fatalf("acks over held offsets: held %d, out %+v", held, out)
 	}
 	// 25-29 are m2's now: m1's ack of them (the broker refuses it) leaves
@@ -269,7 +272,7 @@ func TestAcquisitionRanges(t *testing.T) {
 	if st := ps.get(27); st == nil || st.member != "m2" {
 		t.Fatalf("offset 27 after another member acked it: %+v, want still m2's", st)
 	}
-	ackAccepted(e, "g", "m2", topic, 0, []ackRange{{25, 29, []int8{1}}})
+	ackAccepted(e, "g", "m2", topic, 0, []AckRange{{25, 29, []int8{1}}})
 	if st := ps.get(27); st != nil {
 		t.Fatalf("offset 27 still acquired after m2 acked it: %+v", st)
 	}
@@ -282,8 +285,8 @@ func TestAcquisitionRanges(t *testing.T) {
 
 // partErr2 is the partition error of a refused call, 0 for a staged one,
 // -1 for a call refused as a whole.
-func partErr2(e *KIP1289, req *kip1289.TxnShareAcknowledgeRequest) int16 {
-	r, call := e.validateAndReserve(req)
+func partErr2(e *Ledger, req *kip1289.TxnShareAcknowledgeRequest) int16 {
+	r, call := e.validateAndReserve(req, "")
 	if call != nil {
 		e.unstage(call)
 		return 0
@@ -307,17 +310,17 @@ func ab(first, last int64, types ...int8) kip1289.TxnShareAcknowledgeBatch {
 func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 	topic := [16]byte{7}
 	e := testEngine()
-	e.setTxn("", "tx", 7, 2)
-	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
-	_, call := e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)))
+	e.SetTxn("", "tx", 7, 2)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	_, call := e.validateAndReserve(txnReq(topic, 0, ab(0, 4, 1)), "")
 	if call == nil {
 		t.Fatal("valid call refused")
 	}
 	// While staged, the client acknowledged offset 4 itself (absorbed).
-	if out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{4, 4, []int8{1}}}); held != 1 || len(out) != 0 {
+	if out, held := ackAccepted(e, "g", "m1", topic, 0, []AckRange{{4, 4, []int8{1}}}); held != 1 || len(out) != 0 {
 		t.Fatalf("ack of a staged offset: held %d, out %+v", held, out)
 	}
-	e.abortCall(call)
+	e.Abort(call)
 	ps := e.parts[partKey{"g", topic, 0}]
 	for o := int64(0); o <= 4; o++ {
 		if st := ps.get(o); st != nil {
@@ -328,18 +331,18 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 		t.Fatalf("owed %v, pending %d; want offsets 0-3 owed (4 was acked while staged), nothing pending", ps.owed, e.pending)
 	}
 	// Another member's ack of those offsets is its own delivery's.
-	if out, held := ackAccepted(e, "g", "m2", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
+	if out, held := ackAccepted(e, "g", "m2", topic, 0, []AckRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
 		t.Fatalf("another member's ack: held %d, out %+v", held, out)
 	}
 	// The member's implicit ACCEPT of its whole poll: 0-3 absorbed, 4-9
 	// upstream (4 was settled while staged; 5-9 are plain acquisitions).
-	out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 9, []int8{1}}})
-	if held != 4 || len(out) != 1 || out[0].first != 4 || out[0].last != 9 {
+	out, held := ackAccepted(e, "g", "m1", topic, 0, []AckRange{{0, 9, []int8{1}}})
+	if held != 4 || len(out) != 1 || out[0].First != 4 || out[0].Last != 9 {
 		t.Fatalf("the member's ack after the abort: held %d, out %+v", held, out)
 	}
 	// A later ack of offset 0 by the member is of a redelivery: upstream.
-	e.acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
-	if out, held := ackAccepted(e, "g", "m1", topic, 0, []ackRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
+	if out, held := ackAccepted(e, "g", "m1", topic, 0, []AckRange{{0, 0, []int8{1}}}); held != 0 || len(out) != 1 {
 		t.Fatalf("ack of the redelivery: held %d, out %+v", held, out)
 	}
 	// Owed acks expire.
@@ -352,10 +355,10 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 
 // ackAccepted is a client acknowledgement the broker accepted: filtered,
 // then its plan applied.
-func ackAccepted(e *KIP1289, group, member string, topic [16]byte, partition int32, batches []ackRange) ([]ackRange, int) {
-	out, held, plan := e.filterClientAcks(group, member, topic, partition, batches)
+func ackAccepted(e *Ledger, group, member string, topic [16]byte, partition int32, batches []AckRange) ([]AckRange, int) {
+	out, held, plan := e.FilterClientAcks(group, member, topic, partition, batches)
 	if plan != nil {
-		e.applyAckPlan(plan)
+		e.ApplyAckPlan(plan)
 	}
 	return out, held
 }

@@ -1,0 +1,144 @@
+package markers
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharetx/sharetx/internal/promstat"
+	"github.com/sharetx/sharetx/staging"
+	"github.com/sharetx/sharetx/upstream"
+)
+
+// Resolver is the one owner of the step from TX_PENDING to committed or
+// aborted (docs/design.md §5). It holds this proxy's staged calls by the
+// location of their shadow records, resolves them by the record's
+// transaction marker (Resolve, from the Tailer) or, first, by the EndTxn
+// answer the client got (EndTxn), applies committed acknowledgements upstream
+// on the member's session and releases aborted ones. It also keeps what every
+// proxy's shadow records say, to screen redelivered records (recovery.go).
+type Resolver struct {
+	ledger  *staging.Ledger
+	applier *upstream.Applier
+	ctx     context.Context // ends when the proxy stops
+	log     *slog.Logger
+	limits  limits
+
+	mu            sync.Mutex
+	calls         map[staging.Loc]*staging.Call // staged by this proxy, not yet resolved
+	barrier       func(ctx context.Context) error
+	lastRejectLog time.Time // rate-limits the warning about untrusted shadow records
+
+	recovered     chan struct{} // closed once the shadow topic was read back (Recovered)
+	recoveredOnce sync.Once
+	waitRecovery  time.Duration // how long a redelivery waits for it, and for the barrier
+
+	mMarkers     *prometheus.CounterVec
+	mRedelivered *prometheus.CounterVec
+	mRejected    *prometheus.CounterVec
+}
+
+// limits are the per-call limits a plausible shadow record stays within.
+type limits struct{ offsets, partitions int }
+
+// redeliveryBarrierTimeout bounds how long a ShareFetch response with
+// redelivered records waits for the shadow topic to be read to its end.
+const redeliveryBarrierTimeout = 15 * time.Second
+
+// NewResolver resolves the calls staged in ledger, applying and releasing
+// through applier, until ctx ends. A shadow record naming more than
+// maxOffsets offsets or maxPartitions partitions (the per-call limits) is
+// not trusted. Its metrics are registered in reg (nil: not registered).
+func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.Applier, maxOffsets, maxPartitions int, log *slog.Logger, reg prometheus.Registerer) *Resolver {
+	r := &Resolver{ledger: ledger, applier: applier, ctx: ctx, log: log, limits: limits{maxOffsets, maxPartitions},
+		calls: map[staging.Loc]*staging.Call{}, recovered: make(chan struct{}), waitRecovery: redeliveryBarrierTimeout,
+		mMarkers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "markers_total",
+			Help: "Staged shadow records resolved, by type (commit, abort) and by what resolved them first (end_txn: the EndTxn response seen on the client connection; marker: the control marker in the shadow partition)."}, []string{"type", "via"}),
+		mRedelivered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "redelivered_records_total",
+			Help: "Redelivered records taken out of ShareFetch responses, by outcome: committed (acknowledged by the proxy with the committed type), held_open (held for a transaction still open), held_then_committed, held_then_aborted (released); and unverified: ShareFetch responses with redelivered records handed to the client before the shadow topic could be read to its end."}, []string{"outcome"}),
+		mRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_records_rejected_total",
+			Help: "Shadow records read from the shadow topic and ignored, by reason: unsigned, bad_signature, copied (a signed record in another producer's batch), undecodable, implausible_range. Anything above 0 means someone other than sharetx writes the shadow topic."}, []string{"reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(r.mMarkers, r.mRedelivered, r.mRejected)
+	}
+	return r
+}
+
+// Track hands the Resolver a call the Stager staged.
+func (r *Resolver) Track(s *staging.Staged) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[s.Loc] = s.Call
+}
+
+// EndTxn resolves every staged call of the transaction that a successful
+// EndTxn just ended: the coordinator decided (the markers resolve the same
+// records again later, which changes nothing).
+func (r *Resolver) EndTxn(txnID string, pid int64, epoch int16, commit bool) {
+	r.mu.Lock()
+	var locs []staging.Loc
+	for loc, c := range r.calls {
+		if c.Matches(txnID, pid, epoch) {
+			locs = append(locs, loc)
+		}
+	}
+	r.mu.Unlock()
+	for _, loc := range locs {
+		r.resolve(loc, commit, "end_txn")
+	}
+}
+
+// Resolve applies a control marker to the shadow record at
+// partition/offset. Idempotent: a record resolved once is forgotten.
+func (r *Resolver) Resolve(partition int32, offset int64, commit bool) {
+	r.resolve(staging.Loc{int64(partition), offset}, commit, "marker")
+}
+
+func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) {
+	held := r.ledger.ResolveKnown(loc, commit)
+	for _, call := range held {
+		r.mRedelivered.WithLabelValues(map[bool]string{true: "held_then_committed", false: "held_then_aborted"}[commit]).Add(float64(call.Len()))
+		go r.apply(call)
+	}
+	r.mu.Lock()
+	call := r.calls[loc]
+	delete(r.calls, loc)
+	r.mu.Unlock()
+	if call == nil {
+		return
+	}
+	if !commit {
+		r.mMarkers.WithLabelValues("abort", via).Inc()
+		r.ledger.Abort(call)
+		return
+	}
+	r.mMarkers.WithLabelValues("commit", via).Inc()
+	r.ledger.Commit(call)
+	go r.apply(call)
+}
+
+// apply sends the committed acknowledgements of call upstream, on the share
+// session of the member that acquired them, then marks them applied.
+func (r *Resolver) apply(call *staging.Call) {
+	ok := true
+	for k, acks := range call.Acks() {
+		if err := r.applier.Acknowledge(k, acks, call.CommittedAt()); err != nil {
+			ok = false
+			r.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", call.TxnID(), "group", call.Group(), "member", call.Member(), "node", k.Node, "err", err)
+		}
+	}
+	if loc, staged := call.Loc(); ok && staged && !call.CommittedAt().IsZero() {
+		// Applied: the broker never hands these offsets out again.
+		r.ledger.ForgetApplied(loc)
+	}
+	r.ledger.Finish(call)
+}
+
+// Stats counts the staged calls resolved as committed and as aborted.
+func (r *Resolver) Stats() (committed, aborted float64) {
+	return promstat.Sum(r.mMarkers, "commit"), promstat.Sum(r.mMarkers, "abort")
+}

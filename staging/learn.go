@@ -1,0 +1,186 @@
+package staging
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// What the ledger learns from the traffic passing through (docs/design.md
+// §3.1): members from ShareGroupHeartbeat, transactions from
+// InitProducerId, EndTxn and transactional writes, acquisitions from
+// ShareFetch responses. Each from an answer the broker accepted, bound to
+// the principal of the connection it came on.
+
+// SetMember records member's epoch in group (a heartbeat the broker
+// accepted from ident); a negative epoch (it left) forgets it.
+func (l *Ledger) SetMember(ident, group, member string, epoch int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if epoch < 0 {
+		delete(l.members, memberKey{group, member})
+		return
+	}
+	l.members[memberKey{group, member}] = memberInfo{epoch: epoch, ident: ident}
+	l.noteReaderLocked(group, ident)
+}
+
+// noteReaderLocked records that the broker let ident read group (a
+// heartbeat or fetch of it was accepted from ident). Bounded: a group
+// keeps at most maxReaders principals, the newest.
+func (l *Ledger) noteReaderLocked(group, ident string) {
+	r := l.readers[group]
+	if r == nil {
+		r = map[string]bool{}
+		l.readers[group] = r
+	}
+	if !r[ident] && len(r) >= maxReaders {
+		clear(r)
+	}
+	r[ident] = true
+}
+
+// readsGroupLocked reports whether ident was seen allowed to read group, or
+// no principal was.
+func (l *Ledger) readsGroupLocked(group, ident string) bool {
+	r := l.readers[group]
+	return len(r) == 0 || r[ident] // no member of it seen: nothing of it to take (checkOffsets refuses)
+}
+
+// maxReaders bounds the principals remembered per group or transaction.
+const maxReaders = 64
+
+// LearnTxn records a transactional id's producer id and epoch from a write
+// the broker accepted from ident, when the id is unknown or the epoch moved
+// on; ident showed WRITE on the id.
+func (l *Ledger) LearnTxn(ident, txnID string, pid int64, epoch int16) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.txns[txnID]
+	if ok && t.producerID == pid {
+		t.own(ident)
+		if t.epoch < epoch {
+			t.epoch = epoch
+		}
+		l.txns[txnID] = t
+		return
+	}
+	if ok {
+		return // a new producer id is learned from InitProducerId/EndTxn only
+	}
+	t = txnInfo{producerID: pid, epoch: epoch}
+	t.own(ident)
+	l.txns[txnID] = t
+}
+
+// SetTxn records the producer id and epoch the coordinator just gave a
+// transactional id (InitProducerId, EndTxn v5+) on a connection of ident.
+// (Such an epoch is fresh: the caller tells the shadow writer,
+// Stager.MarkFresh.)
+func (l *Ledger) SetTxn(ident, txnID string, pid int64, epoch int16) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.txns[txnID]
+	t.producerID, t.epoch = pid, epoch
+	t.own(ident)
+	l.txns[txnID] = t
+}
+
+// OwnsTxn reports whether the proxy saw transactional id txnID hold
+// producer id pid, written by principal ident.
+func (l *Ledger) OwnsTxn(txnID string, pid int64, ident string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, known := l.txns[txnID]
+	return known && t.producerID == pid && t.ownedBy(ident)
+}
+
+// Acquired records what a ShareFetch response the broker sent to ident's
+// connection on node handed to member.
+func (l *Ledger) Acquired(ident string, node int32, group, member string, topic [16]byte, partition int32, recs []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, lock time.Duration) {
+	if len(recs) == 0 {
+		return
+	}
+	now := time.Now()
+	deadline := now.Add(lock)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := partKey{group, topic, partition}
+	ps := l.parts[k]
+	if ps == nil {
+		ps = &partState{offsets: map[int64]*offState{}}
+		l.parts[k] = ps
+	}
+	if l.topics[group] == nil {
+		l.topics[group] = map[[16]byte]bool{}
+	}
+	l.topics[group][topic] = true
+	l.noteReaderLocked(group, ident)
+	if len(ps.acq) > 0 && now.After(ps.acq[0].deadline.Add(time.Minute)) {
+		ps.pruneAcq(now, time.Minute)
+	}
+	for _, r := range recs {
+		if r.LastOffset < r.FirstOffset || r.LastOffset-r.FirstOffset >= 1<<20 {
+			continue // malformed; the client gets it as the broker sent it
+		}
+		// Entries in the range that are not held are superseded by this
+		// acquisition. A held one stays: it was redelivered while we hold
+		// it staged (the broker released it: lock expired, session
+		// closed); recovery.go handles that window.
+		if n := len(ps.offsets); n > 0 {
+			if int64(n) < r.LastOffset-r.FirstOffset+1 {
+				for o, cur := range ps.offsets {
+					if o >= r.FirstOffset && o <= r.LastOffset && !cur.state.held() {
+						delete(ps.offsets, o)
+					}
+				}
+			} else {
+				for o := r.FirstOffset; o <= r.LastOffset; o++ {
+					if cur := ps.offsets[o]; cur != nil && !cur.state.held() {
+						delete(ps.offsets, o)
+					}
+				}
+			}
+		}
+		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, member: member, ident: ident, node: node, deadline: deadline, lock: lock})
+	}
+}
+
+// HeldFor counts the offsets member acquired on node that are staged or
+// committed and not yet applied.
+func (l *Ledger) HeldFor(node int32, group, member string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k, ps := range l.parts {
+		if k.group != group {
+			continue
+		}
+		for _, st := range ps.offsets {
+			if st.node == node && st.member == member && st.state >= stStaging && st.state <= stCommitted {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Prune forgets acquired offsets whose lock expired long ago (they were
+// redelivered or acked without the proxy seeing it) and applied ones the
+// client never acked.
+func (l *Ledger) Prune(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, ps := range l.parts {
+		for o, st := range ps.offsets {
+			if (st.state == stAcquired || st.state == stApplied) && now.After(st.deadline.Add(time.Minute)) {
+				delete(ps.offsets, o)
+			}
+		}
+		ps.pruneAcq(now, time.Minute)
+		ps.pruneOwed(now)
+		if len(ps.offsets) == 0 && len(ps.acq) == 0 && len(ps.owed) == 0 {
+			delete(l.parts, k)
+		}
+	}
+}
