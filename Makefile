@@ -95,7 +95,7 @@ deploy-check:
 # ShareConsumerPerformance), the proxy's CPU per MB and RSS, transactional vs
 # at-least-once pipelines, TxnShareAcknowledge and commit→applied latency.
 # Prints a table and GOAL lines (reported, never asserted), writes
-# bench-results/bench.json and bench.png. About 8 minutes on 2 cores. More
+# bench-results/bench.json and bench.png. About 5 minutes on 2 cores. More
 # flags: BENCH_FLAGS='--records 20000 --repeat 1 --skip-java'. It registers a
 # one-node cluster in KAFKA_E2E_DIR (a three-node one there is stopped first);
 # KAFKA_E2E_DIR/KAFKA_BASE_PORT pass through.
