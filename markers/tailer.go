@@ -1,7 +1,10 @@
-// Package markers resolves staged shadow records (DESIGN.md §3.3): it tails
-// the shadow topic with read_uncommitted and control records kept, and
-// resolves every shadow record staged by this proxy by the next transaction
-// marker (COMMIT or ABORT) of the same producer id on the same partition.
+// Package markers resolves staged shadow records (docs/design.md §5, §8):
+// the Tailer reads the shadow topic with read_uncommitted and control
+// records kept, and resolves every shadow record (of any proxy) by the next
+// transaction marker (COMMIT or ABORT) of the same producer id on the same
+// partition; the Resolver owns the step from TX_PENDING to committed or
+// aborted, applies committed acknowledgements, and screens redelivered
+// records against what the shadow topic says.
 package markers
 
 import (
@@ -34,19 +37,19 @@ type Tailer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	log    *slog.Logger
-	res    *resolver
+	res    *matcher
 
 	pmu      sync.Mutex
 	progress map[int32]int64 // per partition: offsets below were handled
 	moved    chan struct{}   // closed (and replaced) when progress moves
 }
 
-// Handlers are what a Tailer started with Start calls, from one goroutine,
+// handlers are what a Tailer started with startAll calls, from one goroutine,
 // per partition in log order.
-type Handlers struct {
+type handlers struct {
 	// OnStaged is called for every shadow record (of any proxy) when it is
 	// read, before its transaction is resolved. May be nil.
-	OnStaged func(Staged)
+	OnStaged func(stagedRecord)
 	// OnResolve is called for every shadow record (of any proxy) once the
 	// next COMMIT/ABORT marker of its producer id with an epoch >= the
 	// batch's epoch is read on the same partition.
@@ -59,8 +62,8 @@ type Handlers struct {
 	OnRejected func(partition int32, offset int64, reason string)
 }
 
-// Staged is a shadow record as read, its transaction still open.
-type Staged struct {
+// stagedRecord is a shadow record as read, its transaction still open.
+type stagedRecord struct {
 	Record    *staging.ShadowRecord
 	Offset    int64
 	Partition int32
@@ -83,31 +86,31 @@ type Staged struct {
 // Fetch errors are logged and retried (by the client). Close stops the
 // Tailer.
 func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onResolve func(Resolution)) (*Tailer, error) {
-	return newTailer(opts, topic, start, newResolver(proxyID, onResolve))
+	return newTailer(opts, topic, start, newMatcher(proxyID, onResolve))
 }
 
-// Start is NewTailer for the shadow records of every proxy: a restarted
+// startAll is NewTailer for the shadow records of every proxy: a restarted
 // proxy, or another sidecar, learns from them which share-partition offsets
-// are staged in open transactions and which were committed (DESIGN.md §4).
-func Start(opts []kgo.Opt, topic string, start map[int32]int64, h Handlers) (*Tailer, error) {
-	r := newResolver("", h.OnResolve)
+// are staged in open transactions and which were committed (docs/design.md §8.1).
+func startAll(opts []kgo.Opt, topic string, start map[int32]int64, h handlers) (*Tailer, error) {
+	r := newMatcher("", h.OnResolve)
 	r.onStaged = h.OnStaged
 	r.key, r.onRejected = h.Key, h.OnRejected
 	return newTailer(opts, topic, start, r)
 }
 
-// Follow is Start for a Resolver: it learns every shadow record and
+// Follow is startAll for a Resolver: it learns every shadow record and
 // resolves them by their markers, trusting only records signed with key.
 func Follow(opts []kgo.Opt, topic string, start map[int32]int64, key []byte, r *Resolver) (*Tailer, error) {
-	return Start(opts, topic, start, Handlers{
-		OnStaged:   func(st Staged) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
+	return startAll(opts, topic, start, handlers{
+		OnStaged:   func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
 		OnResolve:  func(res Resolution) { r.Resolve(res.Partition, res.Offset, res.Commit) },
 		Key:        key,
 		OnRejected: r.RejectShadow,
 	})
 }
 
-func newTailer(opts []kgo.Opt, topic string, start map[int32]int64, res *resolver) (*Tailer, error) {
+func newTailer(opts []kgo.Opt, topic string, start map[int32]int64, res *matcher) (*Tailer, error) {
 	parts := make(map[int32]kgo.Offset, len(start))
 	for p, o := range start {
 		parts[p] = kgo.NewOffset().At(o)
@@ -243,12 +246,12 @@ type logRecord struct {
 	key, value    []byte
 }
 
-// resolver is the Tailer's state machine, fed records in log order per
+// matcher is the Tailer's state machine, fed records in log order per
 // partition.
-type resolver struct {
+type matcher struct {
 	proxyID   string // "" = every proxy
 	onResolve func(Resolution)
-	onStaged  func(Staged)
+	onStaged  func(stagedRecord)
 
 	key        []byte
 	onRejected func(partition int32, offset int64, reason string)
@@ -257,11 +260,11 @@ type resolver struct {
 	parts map[int32]*partState
 }
 
-func newResolver(proxyID string, onResolve func(Resolution)) *resolver {
-	return &resolver{proxyID: proxyID, onResolve: onResolve, parts: make(map[int32]*partState)}
+func newMatcher(proxyID string, onResolve func(Resolution)) *matcher {
+	return &matcher{proxyID: proxyID, onResolve: onResolve, parts: make(map[int32]*partState)}
 }
 
-func (r *resolver) pending() int {
+func (r *matcher) pending() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -279,7 +282,7 @@ const (
 	controlCommit = 1
 )
 
-func (r *resolver) handle(rec logRecord) {
+func (r *matcher) handle(rec logRecord) {
 	r.mu.Lock()
 	ps := r.parts[rec.partition]
 	if ps == nil {
@@ -293,7 +296,7 @@ func (r *resolver) handle(rec logRecord) {
 	ps.next = rec.offset + 1
 
 	var out []Resolution
-	var newStaged *Staged
+	var newStaged *stagedRecord
 	rejected := ""
 	switch {
 	case rec.control:
@@ -328,7 +331,7 @@ func (r *resolver) handle(rec logRecord) {
 			break
 		}
 		ps.pending[rec.producerID] = append(ps.pending[rec.producerID], &staged{rec: sr, offset: rec.offset, epoch: rec.producerEpoch})
-		newStaged = &Staged{Record: sr, Offset: rec.offset, Partition: rec.partition}
+		newStaged = &stagedRecord{Record: sr, Offset: rec.offset, Partition: rec.partition}
 	}
 	r.mu.Unlock()
 	if rejected != "" && r.onRejected != nil {
@@ -346,7 +349,7 @@ func (r *resolver) handle(rec logRecord) {
 // key any decodable one; with a key only a signed one whose producer id and
 // epoch are the batch's (a signed record copied into another producer's
 // transaction is not).
-func (r *resolver) decode(rec logRecord) (*staging.ShadowRecord, error) {
+func (r *matcher) decode(rec logRecord) (*staging.ShadowRecord, error) {
 	if r.key == nil {
 		return staging.DecodeShadowRecord(rec.value)
 	}
@@ -396,7 +399,7 @@ func StableOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32
 
 // OffsetsAfter returns, per partition of topic, the first offset with a
 // timestamp at or after ts (the end offset when there is none): where a
-// restarted proxy starts reading the shadow topic to recover (DESIGN.md §4).
+// restarted proxy starts reading the shadow topic to recover (docs/design.md §8.2).
 func OffsetsAfter(ctx context.Context, cl *kgo.Client, topic string, ts time.Time) (map[int32]int64, error) {
 	l, err := kadm.NewClient(cl).ListOffsetsAfterMilli(ctx, ts.UnixMilli(), topic)
 	return listed(l, err, topic)

@@ -44,7 +44,7 @@ func tag(r Resolution) int64 { return r.Record.Topics[0].Partitions[0].Batches[0
 
 func TestResolver(t *testing.T) {
 	var got []Resolution
-	r := newResolver(proxyID, func(res Resolution) { got = append(got, res) })
+	r := newMatcher(proxyID, func(res Resolution) { got = append(got, res) })
 	feed := func(recs ...logRecord) {
 		for _, rec := range recs {
 			r.handle(rec)
@@ -342,7 +342,7 @@ func FuzzResolver(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		seen := map[[2]int64]bool{}
-		r := newResolver(proxyID, func(res Resolution) {
+		r := newMatcher(proxyID, func(res Resolution) {
 			k := [2]int64{int64(res.Partition), res.Offset}
 			if seen[k] {
 				t.Fatalf("offset %v resolved twice", k)
@@ -372,7 +372,7 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 	key := staging.DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
 	var got []Resolution
 	var rejected []string
-	r := newResolver("", func(res Resolution) { got = append(got, res) })
+	r := newMatcher("", func(res Resolution) { got = append(got, res) })
 	r.key = key
 	r.onRejected = func(_ int32, _ int64, reason string) { rejected = append(rejected, reason) }
 	signed := func(off, pid int64, epoch int16, k []byte, batchPID int64) logRecord {

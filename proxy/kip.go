@@ -43,7 +43,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	}
 	// Read back recovery_lookback: the staged and committed acknowledgements
 	// of every proxy (this one before a restart included), to screen
-	// redelivered records (DESIGN.md §4).
+	// redelivered records (docs/design.md §8.2).
 	start, err := markers.OffsetsAfter(ctx, cl.Client, cfg.ShadowTopic, time.Now().Add(-cfg.RecoveryLookback))
 	if err != nil {
 		return fmt.Errorf("shadow topic %s offsets: %w", cfg.ShadowTopic, err)

@@ -11,7 +11,7 @@ import (
 )
 
 // What the ledger knows from the shadow topic, for restart recovery and
-// redelivery (docs/design.md §6; markers/recovery.go drives it).
+// redelivery (docs/design.md §8.1; markers/recovery.go drives it).
 //
 // Every proxy reads the shadow topic of every proxy. From it, it knows which
 // share-partition offsets are staged in an open transaction and which were

@@ -83,7 +83,7 @@ func (l *Ledger) addPendingLocked(n int) {
 	l.mPending.Set(float64(l.pending))
 }
 
-// recState is a record's state as the proxy sees it (DESIGN.md §3.5).
+// recState is a record's state as the proxy sees it (docs/design.md §3.2).
 type recState uint8
 
 const (

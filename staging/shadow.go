@@ -1,7 +1,10 @@
-// Package staging holds the durable half of TX_PENDING (DESIGN.md §3.2): the
-// shadow record format, the mapping from a transactional id to its shadow
-// partition, and the Writer that appends a shadow record inside a client's
-// Kafka transaction.
+// Package staging holds TX_PENDING (docs/design.md §3, §4): the Ledger of
+// what the proxy learned from the traffic and the state of every offset it
+// holds, whose methods are the state machine's transitions; the Stager,
+// which turns a TxnShareAcknowledge into a shadow record written inside the
+// caller's Kafka transaction (the durable half of TX_PENDING); the shadow
+// record format (signed), the mapping from a transactional id to its shadow
+// partition, and the Writer that appends the record.
 package staging
 
 import (

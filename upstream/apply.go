@@ -87,7 +87,7 @@ func NewApplier(sessions *Sessions, log *slog.Logger, reg prometheus.Registerer)
 // committed, when set, is when the transaction was seen committed (the
 // latency metric's start).
 func (a *Applier) Acknowledge(k SessionKey, acks Acks, committed time.Time) error {
-	resp, err := a.sessions.Send(k, AckRequest(k.Group, k.Member, acks))
+	resp, err := a.sessions.Send(k, ackRequest(k.Group, k.Member, acks))
 	if err != nil {
 		a.failures.WithLabelValues("session_unavailable").Inc()
 		return err
@@ -147,12 +147,12 @@ func (a *Applier) Renew(k SessionKey, acks Acks) Renewal {
 			offs[o] = 4 // RENEW
 		}
 	}
-	req := AckRequest(k.Group, k.Member, acks)
+	req := ackRequest(k.Group, k.Member, acks)
 	req.IsRenewAck = true
 	resp, err := a.sessions.Send(k, req)
 	out := Renewal{Result: "ok", Err: err, Failed: map[TopicPartition]bool{}}
 	switch {
-	case errors.Is(err, ErrRenewUnsupported):
+	case errors.Is(err, errRenewUnsupported):
 		out.Result = "unsupported"
 		a.log.Warn("cannot renew the acquisition locks of staged records: a transaction must end within the lock duration", "err", err)
 	case err != nil:
@@ -180,9 +180,9 @@ func (a *Applier) Renew(k SessionKey, acks Acks) Renewal {
 	return out
 }
 
-// AckRequest is a ShareAcknowledge of acks for member (topics and
+// ackRequest is a ShareAcknowledge of acks for member (topics and
 // partitions in a stable order).
-func AckRequest(group, member string, acks Acks) *kmsg.ShareAcknowledgeRequest {
+func ackRequest(group, member string, acks Acks) *kmsg.ShareAcknowledgeRequest {
 	req := kmsg.NewPtrShareAcknowledgeRequest()
 	req.GroupID, req.MemberID = &group, &member
 	tps := make([]TopicPartition, 0, len(acks))

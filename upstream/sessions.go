@@ -12,15 +12,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Share sessions (docs/design.md §4): the broker numbers a member's
+// Share sessions (docs/design.md §6): the broker numbers a member's
 // requests on a share session 0, 1, 2, … and refuses any other epoch. The
 // proxy sends requests of its own on a member's session (committed
 // acknowledgements, releases, RENEWs), so it keeps, per session, how many it
 // added (delta) and translates every client epoch before it goes upstream.
 
-// ErrRenewUnsupported: the member's session speaks ShareAcknowledge < v2,
+// errRenewUnsupported: the member's session speaks ShareAcknowledge < v2,
 // which has no RENEW (Kafka 4.2+).
-var ErrRenewUnsupported = errors.New("the share session uses ShareAcknowledge < v2, which cannot renew acquisition locks (Kafka 4.2+ and a client using v2 are needed)")
+var errRenewUnsupported = errors.New("the share session uses ShareAcknowledge < v2, which cannot renew acquisition locks (Kafka 4.2+ and a client using v2 are needed)")
 
 // Conn is a client connection as a share session uses it: the proxy can
 // write a request of its own on it, after everything written so far.
@@ -286,7 +286,7 @@ func (ss *Sessions) Send(k SessionKey, req *kmsg.ShareAcknowledgeRequest) (*kmsg
 		req.Version = sess.version
 		if req.IsRenewAck && req.Version < 2 {
 			sess.mu.Unlock()
-			return nil, ErrRenewUnsupported
+			return nil, errRenewUnsupported
 		}
 		epoch := sess.last + 1
 		req.ShareSessionEpoch = epoch
