@@ -59,8 +59,8 @@ func init() {
 // upstreamVersions tells the proxy the keys the upstream broker supports,
 // then caps them.
 func upstreamVersions(env *Env, resp *kmsg.ApiVersionsResponse) bool {
-	if env.UpstreamVersions != nil {
-		env.UpstreamVersions(resp)
+	if env.UpstreamKeys != nil {
+		env.UpstreamKeys.Note(resp)
 	}
 	return CapApiVersions(resp)
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,11 +33,52 @@ type Addresses interface {
 type Env struct {
 	Addrs Addresses
 	Log   *slog.Logger
-	// UpstreamVersions, if set, is told every ApiVersions response the
+	// UpstreamKeys, if set, is told every ApiVersions response the
 	// upstream sent, before the proxy caps it.
-	UpstreamVersions func(*kmsg.ApiVersionsResponse)
+	UpstreamKeys *UpstreamKeys
 	// KIP is the transactional-acknowledgement engine; nil disables it.
 	KIP *KIP1289
+}
+
+// UpstreamKeys is the union of the API keys the upstream brokers advertised:
+// a key outside it is never forwarded. The zero value has heard of no
+// broker yet and allows every key.
+type UpstreamKeys struct {
+	keys atomic.Pointer[[kmsg.MaxKey + 1]bool]
+}
+
+// Note adds the keys of an ApiVersions response (an error response adds
+// none).
+func (u *UpstreamKeys) Note(resp *kmsg.ApiVersionsResponse) {
+	if resp.ErrorCode != 0 {
+		return
+	}
+	for {
+		old := u.keys.Load()
+		var next [kmsg.MaxKey + 1]bool
+		if old != nil {
+			next = *old
+		}
+		changed := old == nil
+		for _, k := range resp.ApiKeys {
+			if k.ApiKey >= 0 && k.ApiKey <= kmsg.MaxKey && !next[k.ApiKey] {
+				next[k.ApiKey] = true
+				changed = true
+			}
+		}
+		if !changed || u.keys.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// Allows reports whether a broker advertised key, or none was heard yet.
+func (u *UpstreamKeys) Allows(key int16) bool {
+	ks := u.keys.Load()
+	if ks == nil {
+		return true
+	}
+	return key >= 0 && key <= kmsg.MaxKey && ks[key]
 }
 
 // Conn is the client connection a request arrived on, as a hook sees it.

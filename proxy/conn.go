@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sharetx/sharetx/intercept"
 )
 
 // pending is one request waiting for its response. Requests reach the
@@ -15,6 +17,7 @@ import (
 // order without any reordering buffer.
 type pending struct {
 	hdr   RequestHeader
+	h     *intercept.Handler // the registry's for hdr.Key; nil for the proxy's own requests
 	start time.Time
 	local bool // answered by the proxy: frame is set once done is closed
 	state any  // from the request hook, for the response rewriter
@@ -192,8 +195,8 @@ func (c *conn) stopReading(reason string) {
 // only the client side closes; the upstream stays open until they are
 // applied (or the hold times out).
 func (c *conn) clientGone(reason string) {
-	kip := c.s.env.KIP
-	if kip == nil || !kip.HoldsSessionsOn(c) {
+	f := c.s.feature
+	if !f.HoldsSessionsOn(c) {
 		c.close(reason)
 		return
 	}
@@ -202,7 +205,7 @@ func (c *conn) clientGone(reason string) {
 	c.client.Close()
 	c.log.Info("client gone with acknowledgements of its share session not yet applied: keeping the upstream connection open until they are")
 	go func() {
-		if !kip.WaitSessionsDrained(c, c.s.cfg.KIP1289.CloseHold) {
+		if !f.WaitSessionsDrained(c, c.s.cfg.KIP1289.CloseHold) {
 			c.log.Warn("gave up holding the upstream connection of a gone client; its unapplied acknowledgements are lost and the records will be redelivered",
 				"hold", c.s.cfg.KIP1289.CloseHold)
 		}

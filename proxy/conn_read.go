@@ -11,9 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/sharetx/sharetx/intercept"
 )
 
@@ -29,6 +26,9 @@ func (c *conn) readRequestFrame() ([]byte, error) {
 	return ReadFrame(c.cr, c.s.cfg.Limits.MaxFrameBytes)
 }
 
+// readClient reads the client's requests and does with each what the
+// registry's Handler of its key says: answer it here, now or later; close;
+// or forward it, maybe changed, to the upstream broker.
 func (c *conn) readClient() {
 	defer close(c.order)
 	// Requests are written upstream unflushed while the client's next
@@ -54,43 +54,36 @@ func (c *conn) readClient() {
 			c.stopReading("malformed_frame")
 			return
 		}
-		var act intercept.Action
-		kip := c.s.env.KIP
-		switch {
-		case kip != nil && kip.Serves(hdr.Key):
-			// TxnShareAcknowledge: flexible from v0, so request header v2
-			// (its tagged fields follow the client id), answered by the
-			// proxy.
+		h := c.s.handlers.For(hdr.Key)
+		if !hdr.Flexible && h.FlexibleRequest(hdr.Version) {
+			// A key kmsg does not know (the one the proxy serves itself)
+			// with a flexible header (v2): its tagged fields follow the
+			// client id.
 			n, err := skipTags(frame[hdr.BodyOffset:])
 			if err != nil {
-				c.log.Warn("closing connection: malformed TxnShareAcknowledge request header (v2 expected)", "err", err)
+				c.log.Warn("closing connection: malformed request header (v2 expected)", "api", h.Name, "err", err)
 				c.stopReading("malformed_frame")
 				return
 			}
 			hdr.BodyOffset += n
 			hdr.Flexible = true
-			if !c.decodable(hdr, frame) {
-				return
-			}
-			act = kip.TxnHook(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
-			if !c.handleLocal(hdr, act) {
-				return
-			}
-			continue
-		case !c.s.forwardable(hdr.Key):
+		}
+		if !h.Served && !c.s.forwardable(h, hdr.Key) {
 			c.log.Warn("closing connection: request with an API key the proxy does not forward (a broker would close the connection too)",
 				"api_key", hdr.Key, "version", hdr.Version, "client_id", deref(hdr.ClientID))
 			c.stopReading("unknown_api_key")
 			return
 		}
-		api := c.s.metrics.api(hdr.Key)
-		api.requests.Inc()
-		api.reqBytes.Add(float64(len(frame)))
-		p := &pending{hdr: hdr, start: time.Now(), done: make(chan struct{})}
+		if h.Known {
+			api := c.s.metrics.api(hdr.Key)
+			api.requests.Inc()
+			api.reqBytes.Add(float64(len(frame)))
+		}
+		p := &pending{hdr: hdr, h: h, start: time.Now(), done: make(chan struct{})}
 
-		if resp := c.answerLocally(hdr); resp != nil {
+		if h.TooNew != nil && hdr.Version > h.MaxVersion {
 			p.local = true
-			p.frame = resp
+			p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, h.TooNew(hdr.Version))
 			close(p.done)
 			if !c.enqueue(p) {
 				return
@@ -99,16 +92,17 @@ func (c *conn) readClient() {
 		}
 		// Whether the frame's buffer may go back to the pool once it is
 		// written upstream: not when a request hook saw it (it may keep a
-		// part of it), except Produce's, which copies what it keeps.
+		// part of it), unless the hook keeps nothing.
 		recycle := true
-		if hook := intercept.Hook(hdr.Key); hook != nil {
-			recycle = hdr.Key == kmsg.Produce.Int16()
-			if !recycle && !c.decodable(hdr, frame) {
+		var act intercept.Action
+		if h.Hook != nil {
+			recycle = h.HookKeepsNothing
+			if !recycle && !c.decodable(h, hdr, frame) {
 				return
 			}
-			act = hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
-			if act.Local != nil || act.Async != nil || act.Close != "" {
-				if !c.handleLocal(hdr, act) {
+			act = h.Hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			if h.Served || act.Local != nil || act.Async != nil || act.Close != "" {
+				if !c.handleLocal(h, hdr, act) {
 					return
 				}
 				continue
@@ -121,14 +115,12 @@ func (c *conn) readClient() {
 		}
 
 		expectResponse := true
-		if hdr.Key == kmsg.Produce.Int16() {
-			acks, err := ProduceAcks(frame, hdr)
-			if err != nil {
-				c.log.Warn("closing connection: malformed produce request", "err", err)
+		if h.Responds != nil {
+			if expectResponse, err = h.Responds(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
+				c.log.Warn("closing connection: malformed request", "api", h.Name, "err", err)
 				c.stopReading("malformed_frame")
 				return
 			}
-			expectResponse = acks != 0
 		}
 		if expectResponse && !c.enqueue(p) {
 			if act.After != nil {
@@ -149,31 +141,27 @@ func (c *conn) readClient() {
 	}
 }
 
-// decodable reports whether a request the proxy decodes whole (one with a
-// request hook, Produce aside, whose hook reads only a few fields; and
-// TxnShareAcknowledge) is within limits.max_decoded_request_bytes. Decoded,
-// a frame can take some sixteen times its size (arrays of nearly empty
-// elements), and these requests are small in practice. A larger one closes
-// the connection, once the responses owed to earlier requests are written,
-// as a broker closes on a frame over its socket limit.
-func (c *conn) decodable(hdr RequestHeader, frame []byte) bool {
+// decodable reports whether a request the proxy decodes whole (one whose
+// hook does not keep to a few fields) is within
+// limits.max_decoded_request_bytes. Decoded, a frame can take some sixteen
+// times its size (arrays of nearly empty elements), and these requests are
+// small in practice. A larger one closes the connection, once the responses
+// owed to earlier requests are written, as a broker closes on a frame over
+// its socket limit.
+func (c *conn) decodable(h *intercept.Handler, hdr RequestHeader, frame []byte) bool {
 	limit := c.s.cfg.Limits.MaxDecodedRequestBytes
 	if len(frame)-4 <= limit {
 		return true
 	}
-	api := kmsg.NameForKey(hdr.Key)
-	if kip := c.s.env.KIP; kip != nil && kip.Serves(hdr.Key) {
-		api = "TxnShareAcknowledge"
-	}
 	c.log.Warn("closing connection: a request the proxy decodes is larger than limits.max_decoded_request_bytes",
-		"api", api, "api_key", hdr.Key, "version", hdr.Version, "bytes", len(frame)-4, "limit", limit, "client_id", deref(hdr.ClientID))
+		"api", h.Name, "api_key", hdr.Key, "version", hdr.Version, "bytes", len(frame)-4, "limit", limit, "client_id", deref(hdr.ClientID))
 	c.stopReading("decoded_request_too_large")
 	return false
 }
 
 // handleLocal carries out a hook's decision to answer (now or later) or to
 // close instead of forwarding; it returns false when reading must stop.
-func (c *conn) handleLocal(hdr RequestHeader, act intercept.Action) bool {
+func (c *conn) handleLocal(h *intercept.Handler, hdr RequestHeader, act intercept.Action) bool {
 	if act.After != nil {
 		defer act.After()
 	}
@@ -182,7 +170,7 @@ func (c *conn) handleLocal(hdr RequestHeader, act intercept.Action) bool {
 		c.stopReading(act.Close)
 		return false
 	}
-	p := &pending{hdr: hdr, start: time.Now(), done: make(chan struct{}), local: true}
+	p := &pending{hdr: hdr, h: h, start: time.Now(), done: make(chan struct{}), local: true}
 	switch {
 	case act.Local != nil:
 		p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, act.Local)
@@ -221,25 +209,6 @@ func (c *conn) enqueue(p *pending) bool {
 	case <-c.closed:
 		return false
 	}
-}
-
-// answerLocally returns a response frame for requests the proxy answers
-// itself, or nil to forward the request.
-func (c *conn) answerLocally(h RequestHeader) []byte {
-	if h.Key == kmsg.ApiVersions.Int16() {
-		// A version newer than kmsg decodes: answer as a broker does, with
-		// UNSUPPORTED_VERSION at v0 and the versions we do support, so the
-		// client retries with one we can rewrite.
-		if max := (&kmsg.ApiVersionsRequest{}).MaxVersion(); h.Version > max {
-			resp := kmsg.NewPtrApiVersionsResponse()
-			resp.ErrorCode = kerr.UnsupportedVersion.Code
-			k := kmsg.NewApiVersionsResponseApiKey()
-			k.ApiKey, k.MaxVersion = kmsg.ApiVersions.Int16(), max
-			resp.ApiKeys = append(resp.ApiKeys, k)
-			return EncodeResponseFrame(h.CorrelationID, h.Key, resp)
-		}
-	}
-	return nil
 }
 
 func (c *conn) clientReadError(err error) {

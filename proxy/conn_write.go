@@ -9,10 +9,7 @@ import (
 	"encoding/binary"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sharetx/sharetx/intercept"
 )
 
 func (c *conn) writeClient() {
@@ -62,7 +59,7 @@ func (c *conn) writeClient() {
 			if frame, err = c.rewrite(p); err != nil {
 				m.UpstreamErrs.WithLabelValues("decode").Inc()
 				c.log.Warn("closing connection: could not decode an upstream response to rewrite it",
-					"api", kmsg.NameForKey(p.hdr.Key), "version", p.hdr.Version, "err", err)
+					"api", p.h.Name, "version", p.hdr.Version, "err", err)
 				c.stopReading("malformed_upstream_response")
 				return
 			}
@@ -98,7 +95,7 @@ func (c *conn) writeClient() {
 				return
 			}
 		}
-		if known(p.hdr.Key) {
+		if p.h.Known {
 			api := m.api(p.hdr.Key)
 			api.respBytes.Add(float64(len(frame)))
 			api.latency.Observe(time.Since(p.start).Seconds())
@@ -126,7 +123,7 @@ func (c *conn) clientWriteFailed() {
 // rewrite decodes, rewrites and re-encodes a response when its key has a
 // rewriter; otherwise it returns the frame as it came.
 func (c *conn) rewrite(p *pending) ([]byte, error) {
-	fn := intercept.Rewriter(p.hdr.Key)
+	fn := p.h.Rewrite
 	if fn == nil {
 		return p.frame, nil
 	}
@@ -136,18 +133,18 @@ func (c *conn) rewrite(p *pending) ([]byte, error) {
 		return nil, err
 	}
 	resp := kmsg.ResponseForKey(p.hdr.Key)
-	resp.SetVersion(p.hdr.Version)
-	if p.hdr.Key == kmsg.ApiVersions.Int16() && len(frame) >= off+2 &&
-		int16(binary.BigEndian.Uint16(frame[off:])) == kerr.UnsupportedVersion.Code {
-		resp.SetVersion(0) // brokers answer an unsupported ApiVersions version at v0
+	version := p.hdr.Version
+	if p.h.ResponseVersion != nil {
+		version = p.h.ResponseVersion(version, frame[off:])
 	}
+	resp.SetVersion(version)
 	if err := resp.ReadFrom(frame[off:]); err != nil {
 		return nil, err
 	}
 	if !fn(c.s.env, p.state, resp) {
 		return frame, nil
 	}
-	c.s.metrics.Rewrites.WithLabelValues(kmsg.NameForKey(p.hdr.Key)).Inc()
+	c.s.metrics.Rewrites.WithLabelValues(p.h.Name).Inc()
 	out := getFrameBuf(len(frame) + 64)[:off]
 	copy(out, frame[:off])
 	out = resp.AppendTo(out)

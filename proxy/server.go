@@ -18,8 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/markers"
@@ -34,8 +32,12 @@ type Server struct {
 	dialer  *upstream.Dialer
 	tls     *tls.Config
 	env     *intercept.Env
-	advHost string
-	bindHst string
+	// feature is the KIP-1289 engine as the connections and the server's
+	// life see it; handlers says what to do with each API key.
+	feature  intercept.Feature
+	handlers *intercept.Registry
+	advHost  string
+	bindHst  string
 
 	mu        sync.Mutex
 	nodes     map[int32]*node
@@ -44,10 +46,9 @@ type Server struct {
 	closing   bool
 	wg        sync.WaitGroup
 
-	// upstreamKeys is the union of API keys the upstream brokers advertised
-	// (nil until the first ApiVersions answer): a key outside it is never
-	// forwarded.
-	upstreamKeys atomic.Pointer[[kmsg.MaxKey + 1]bool]
+	// upstreamKeys is the union of API keys the upstream brokers advertised:
+	// a key outside it is never forwarded.
+	upstreamKeys intercept.UpstreamKeys
 	ready        atomic.Bool
 	tailer       *markers.Tailer
 	lastErr      atomic.Value // string: last discovery error
@@ -97,8 +98,10 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		nodes:   map[int32]*node{},
 		conns:   map[*conn]struct{}{},
 	}
-	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions,
-		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry)}
+	kip := intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry)
+	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamKeys: &s.upstreamKeys, KIP: kip}
+	s.feature = kip
+	s.handlers = intercept.NewRegistry(kip)
 	return s, nil
 }
 
@@ -378,40 +381,12 @@ func (s *Server) dialUpstream(nodeID int32) (net.Conn, error) {
 	return nil, errors.Join(errs...)
 }
 
-// forwardable reports whether requests of key may go upstream: kmsg must
-// know the key (the proxy must be able to parse the header) and, once the
-// upstream told us its keys, one of its brokers must support it.
-func (s *Server) forwardable(key int16) bool {
-	if !known(key) {
-		return false
-	}
-	if ks := s.upstreamKeys.Load(); ks != nil {
-		return ks[key]
-	}
-	return true
-}
-
-func (s *Server) noteUpstreamVersions(resp *kmsg.ApiVersionsResponse) {
-	if resp.ErrorCode != 0 {
-		return
-	}
-	for {
-		old := s.upstreamKeys.Load()
-		var next [kmsg.MaxKey + 1]bool
-		if old != nil {
-			next = *old
-		}
-		changed := old == nil
-		for _, k := range resp.ApiKeys {
-			if k.ApiKey >= 0 && k.ApiKey <= kmsg.MaxKey && !next[k.ApiKey] {
-				next[k.ApiKey] = true
-				changed = true
-			}
-		}
-		if !changed || s.upstreamKeys.CompareAndSwap(old, &next) {
-			return
-		}
-	}
+// forwardable reports whether requests of key, whose Handler is h, may go
+// upstream: kmsg must know the key (the proxy must be able to parse the
+// header) and, once the upstream told us its keys, one of its brokers must
+// support it.
+func (s *Server) forwardable(h *intercept.Handler, key int16) bool {
+	return h.Known && s.upstreamKeys.Allows(key)
 }
 
 // Discover asks the cluster for its brokers once, opening listeners for new
@@ -427,8 +402,8 @@ func (s *Server) Discover(ctx context.Context, cl *upstream.Client) ([]upstream.
 		s.Advertise(b.NodeID, b.Host, b.Port)
 	}
 	if versions != nil {
-		s.noteUpstreamVersions(versions)
-		if err := s.env.KIP.CheckUpstream(versions); err != nil {
+		s.upstreamKeys.Note(versions)
+		if err := s.feature.CheckUpstream(versions); err != nil {
 			s.lastErr.Store(err.Error())
 			return nil, &FatalError{err}
 		}
@@ -465,7 +440,7 @@ func (s *Server) Ready() (bool, string) {
 		e, _ := s.lastErr.Load().(string)
 		return false, "the upstream cluster has not answered yet: " + e
 	}
-	if s.env.KIP != nil && !s.env.KIP.Recovered() {
+	if !s.feature.Recovered() {
 		return false, "the shadow topic " + s.cfg.KIP1289.ShadowTopic + " has not been read back yet (staged and committed acknowledgements are being recovered)"
 	}
 	return true, ""
@@ -495,7 +470,7 @@ func (s *Server) stopAcceptingLocked() {
 // drained; every listener and connection (so every upstream share session)
 // closes at once.
 func (s *Server) Kill() {
-	s.env.KIP.Close()
+	s.feature.Close()
 	s.mu.Lock()
 	s.closing = true
 	tailer := s.tailer
@@ -519,7 +494,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.tailer != nil {
 		defer s.tailer.Close()
 	}
-	defer s.env.KIP.Close()
+	defer s.feature.Close()
 	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.drain()
