@@ -39,12 +39,13 @@ type Server struct {
 	advHost  string
 	bindHst  string
 
-	mu        sync.Mutex
-	nodes     map[int32]*node
-	bootstrap net.Listener
-	conns     map[*conn]struct{}
-	closing   bool
-	wg        sync.WaitGroup
+	mu          sync.Mutex
+	nodes       map[int32]*node
+	bootstrap   net.Listener
+	metricsAddr string // where Run serves /metrics, empty for none
+	conns       map[*conn]struct{}
+	closing     bool
+	wg          sync.WaitGroup
 
 	// upstreamKeys is the union of API keys the upstream brokers advertised:
 	// a key outside it is never forwarded.
@@ -70,11 +71,9 @@ type node struct {
 	port     int32
 }
 
-// New builds a server; Start opens its listeners.
+// New builds a server; Run serves it (Start only opens its listeners).
+// With no upstream brokers configured, Run starts an embedded cluster.
 func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error) {
-	if len(cfg.Upstream.BootstrapServers) == 0 {
-		return nil, &configs.Error{Key: "upstream.bootstrap_servers", Msg: "no upstream brokers configured"}
-	}
 	d, err := upstream.NewDialer(cfg.Upstream)
 	if err != nil {
 		return nil, err
@@ -111,6 +110,9 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // Start opens the bootstrap listener. Broker listeners open as brokers are
 // discovered (Discover, or any Metadata-like response passing through).
 func (s *Server) Start() error {
+	if len(s.cfg.Upstream.BootstrapServers) == 0 {
+		return &configs.Error{Key: "upstream.bootstrap_servers", Msg: "no upstream brokers configured"}
+	}
 	ln, err := net.Listen("tcp", s.cfg.Listen.Bootstrap)
 	if err != nil {
 		return &configs.Error{Key: "listen.bootstrap", Msg: fmt.Sprintf("cannot listen: %v", err)}
