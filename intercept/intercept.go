@@ -1,6 +1,12 @@
 // Package intercept holds the per-API handlers of the proxy, one file per
 // API key (named like franz-go's kfake: 03_metadata.go is key 3).
 //
+// Each file registers what the proxy must know of its key in one registry
+// (Handler; Registry adds the KIP-1289 engine's own key), which the proxy's
+// connections ask instead of comparing keys. What every proxy does (broker
+// addresses in 00, 01, 03, 10, 60; versions in 18) is kept apart from the
+// KIP-1289 engine (Feature, *KIP1289, and the engine's files).
+//
 // The contract: the proxy passes every request and response through byte
 // for byte unless a handler is registered for its key. A registered
 // response rewriter receives the decoded response and reports whether it
