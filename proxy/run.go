@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/upstream"
 )
@@ -26,6 +24,9 @@ type RunOptions struct {
 	// metrics address, each retry, the brokers served, "sharetx: ready",
 	// and the shutdown. Nil discards them.
 	Out io.Writer
+	// HTTP is served at metrics.address (cmd/sharetx serves /metrics,
+	// /healthz and /readyz there); nil opens nothing there.
+	HTTP http.Handler
 	// Listening, if set, is called once the bootstrap listener and the
 	// metrics endpoint are open (BootstrapAddr and MetricsAddr answer).
 	Listening func()
@@ -41,8 +42,7 @@ type RunOptions struct {
 // Run serves until ctx ends, then shuts down gracefully (waiting up to
 // timeouts.shutdown_grace for the requests in flight). It starts an embedded
 // cluster first when no upstream broker is configured, opens the bootstrap
-// listener and the metrics endpoint (metrics.address: /metrics, /healthz,
-// /readyz), finds the cluster's brokers (retrying while the cluster cannot
+// listener and the metrics endpoint (opts.HTTP at metrics.address), finds the cluster's brokers (retrying while the cluster cannot
 // be reached; the proxy serves and /readyz says why meanwhile), prepares the
 // KIP-1289 path (StartKIP, retried), then refreshes the brokers every
 // upstream.metadata_refresh.
@@ -81,13 +81,13 @@ func (s *Server) Run(ctx context.Context, opts RunOptions) error {
 	if err := s.Start(); err != nil {
 		return err
 	}
-	if addr := s.cfg.Metrics.Address; addr != "" {
+	if addr := s.cfg.Metrics.Address; addr != "" && opts.HTTP != nil {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			s.Shutdown(context.Background())
 			return &configs.Error{Key: "metrics.address", Msg: fmt.Sprintf("cannot listen on %s: %v", addr, err)}
 		}
-		hs := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: opts.HTTP, ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(ln)
 		defer hs.Close()
 		s.mu.Lock()
@@ -180,21 +180,4 @@ func (s *Server) MetricsAddr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.metricsAddr
-}
-
-// httpHandler serves /metrics, /healthz and /readyz.
-func (s *Server) httpHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := s.Ready()
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %s\n", why)
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	return mux
 }

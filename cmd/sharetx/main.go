@@ -15,10 +15,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/proxy"
@@ -78,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err = srv.Run(ctx, proxy.RunOptions{Out: stdout})
+	err = srv.Run(ctx, proxy.RunOptions{Out: stdout, HTTP: httpHandler(srv)})
 	var cfgErr *configs.Error
 	var fatal *proxy.FatalError
 	switch {
@@ -94,6 +97,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sharetx: %v\n", err)
 		return 1
 	}
+}
+
+// httpHandler is what sharetx serves at metrics.address.
+func httpHandler(srv *proxy.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := srv.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", why)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return mux
 }
 
 func newLogger(c configs.Log, w io.Writer) *slog.Logger {
