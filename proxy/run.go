@@ -42,8 +42,9 @@ type RunOptions struct {
 // Run serves until ctx ends, then shuts down gracefully (waiting up to
 // timeouts.shutdown_grace for the requests in flight). It starts an embedded
 // cluster first when no upstream broker is configured, opens the bootstrap
-// listener and the metrics endpoint (opts.HTTP at metrics.address), finds the cluster's brokers (retrying while the cluster cannot
-// be reached; the proxy serves and /readyz says why meanwhile), prepares the
+// listener and the metrics endpoint (opts.HTTP at metrics.address), finds
+// the cluster's brokers (retrying while the cluster cannot be reached; the
+// proxy serves meanwhile and Ready says why it is not ready), prepares the
 // KIP-1289 path (StartKIP, retried), then refreshes the brokers every
 // upstream.metadata_refresh.
 //
