@@ -75,44 +75,43 @@ func RealBackend(t testing.TB) *Backend {
 	return &Backend{Name: "kafka", Seeds: s, Nodes: len(s)}
 }
 
-// Proxy is a sharetx proxy running in the test process.
+// Proxy is a sharetx proxy running in the test process (proxy.Server.Run,
+// as the sharetx command runs it).
 type Proxy struct {
 	*proxy.Server
-	Addr   string
+	Addr string
+	// Client is a client of the upstream cluster for the test's own calls
+	// (the proxy's Run has one of its own).
 	Client *upstream.Client
 	Logs   *LogBuffer
+
+	ready chan struct{} // closed once Run says it is ready
+	done  chan error    // Run's result
 }
 
 // ProxyOpt adjusts the proxy's configuration before it starts.
 type ProxyOpt func(*configs.Config)
 
 // StartProxy runs a proxy in front of seeds on free loopback ports and waits
-// until it has discovered the cluster.
+// until it is ready: it has discovered the cluster and prepared the KIP-1289
+// path.
 func StartProxy(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 	t.Helper()
 	p := startProxyNoWait(t, seeds, opts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		if _, err := p.Discover(ctx, p.Client); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			t.Fatalf("proxy never reached the upstream cluster: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	for {
-		if err := p.StartKIP(ctx, p.Client); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			t.Fatalf("proxy could not prepare the KIP-1289 path: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	select {
+	case <-p.ready:
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		t.Fatalf("proxy stopped before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		_, why := p.Ready()
+		t.Fatalf("proxy not ready after 30 s: %s", why)
 	}
 	return p
 }
 
-// startProxyNoWait starts a proxy without waiting for the upstream.
+// startProxyNoWait starts a proxy without waiting for the upstream: it
+// returns once the proxy listens.
 func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 	t.Helper()
 	cfg := configs.Default()
@@ -138,27 +137,47 @@ func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
-	if err := srv.Start(); err != nil {
-		t.Fatalf("proxy start: %v", err)
-	}
 	d, err := upstream.NewDialer(cfg.Upstream)
 	if err != nil {
 		t.Fatalf("dialer: %v", err)
 	}
 	cl, err := upstream.NewClient(seeds, d, cfg.Upstream.SASL)
 	if err != nil {
-		t.Fatalf("proxy upstream client: %v", err)
+		t.Fatalf("test upstream client: %v", err)
 	}
-	p := &Proxy{Server: srv, Addr: srv.BootstrapAddr(), Client: cl, Logs: logs}
+	p := &Proxy{Server: srv, Client: cl, Logs: logs, ready: make(chan struct{}), done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan struct{})
+	go func() {
+		p.done <- srv.Run(ctx, proxy.RunOptions{
+			Out:       logs,
+			Listening: func() { close(listening) },
+			Ready:     func() { close(p.ready) },
+			Backoff:   func(int) time.Duration { return 200 * time.Millisecond },
+		})
+	}()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
+		cancel()
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("proxy: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("proxy still running 30 s after its shutdown began")
+		}
 		cl.Close()
 		if t.Failed() {
 			t.Logf("proxy log:\n%s", logs.String())
 		}
 	})
+	select {
+	case <-listening:
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		t.Fatalf("proxy start: %v", err)
+	}
+	p.Addr = srv.BootstrapAddr()
 	return p
 }
 

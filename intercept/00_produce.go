@@ -2,32 +2,22 @@ package intercept
 
 import (
 	"encoding/binary"
+	"errors"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Produce v10+ carries KIP-951 NodeEndpoints (tag 0) when the leader moved:
-// the client dials them directly, so they must name proxy listeners.
+// the client dials them directly, so they must name proxy listeners. A
+// Produce with acks=0 gets no response at all.
 //
-// A transactional Produce also tells the proxy which producer id and epoch
-// its transactional id holds, once the broker accepted it: a proxy that
-// restarted under a running application learns its transactions from their
-// next write instead of refusing their TxnShareAcknowledge with
+// A transactional Produce also tells the KIP-1289 engine which producer id
+// and epoch its transactional id holds, once the broker accepted it: a proxy
+// that restarted under a running application learns its transactions from
+// their next write instead of refusing their TxnShareAcknowledge with
 // INVALID_PRODUCER_ID_MAPPING.
 func init() {
-	registerHook(kmsg.Produce, func(env *Env, r *Request) Action {
-		if env.KIP == nil {
-			return Action{}
-		}
-		if t, ok := produceTxn(r.Body(), r.Version); ok {
-			t.ident = env.KIP.identOf(r.Conn)
-			if act := env.KIP.relayTouch(r, t); act != nil {
-				return *act
-			}
-			return Action{State: t}
-		}
-		return Action{}
-	})
+	registerHook(kmsg.Produce, produceHook)
 	register(kmsg.Produce, func(env *Env, state any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ProduceResponse)
 		changed := false
@@ -35,15 +25,78 @@ func init() {
 			b := &resp.Brokers[i]
 			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
 		}
-		if sp, ok := state.(*touchSplit); ok {
-			env.KIP.mergeRelayed(sp, resp)
-			state, changed = sp.txn, true
-		}
-		if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
-			env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
-		}
-		return changed
+		return produceLearn(env, state, resp) || changed
 	})
+	describe(kmsg.Produce, func(h *Handler) {
+		h.HookKeepsNothing = true // produceTxn copies the transactional id
+		h.Responds = func(r *Request) (bool, error) {
+			acks, err := produceAcks(r.Body(), r.Version, h.FlexibleRequest(r.Version))
+			return acks != 0, err
+		}
+	})
+}
+
+// produceHook is the KIP-1289 engine's part of a Produce request.
+func produceHook(env *Env, r *Request) Action {
+	if env.KIP == nil {
+		return Action{}
+	}
+	if t, ok := produceTxn(r.Body(), r.Version); ok {
+		t.ident = env.KIP.identOf(r.Conn)
+		if act := env.KIP.relayTouch(r, t); act != nil {
+			return *act
+		}
+		return Action{State: t}
+	}
+	return Action{}
+}
+
+// produceLearn is the KIP-1289 engine's part of a Produce response.
+func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
+	changed := false
+	if sp, ok := state.(*touchSplit); ok {
+		env.KIP.mergeRelayed(sp, resp)
+		state, changed = sp.txn, true
+	}
+	if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
+		env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
+	}
+	return changed
+}
+
+// produceAcks reads the acks field of a Produce request body.
+func produceAcks(b []byte, version int16, flexible bool) (int16, error) {
+	if version >= 3 { // transactional id first
+		if flexible {
+			l, n := binary.Uvarint(b) // compact nullable string: length+1
+			if n <= 0 {
+				return 0, errors.New("bad transactional id")
+			}
+			b = b[n:]
+			if l > 0 {
+				if uint64(len(b)) < l-1 {
+					return 0, errors.New("transactional id past the frame")
+				}
+				b = b[l-1:]
+			}
+		} else {
+			if len(b) < 2 {
+				return 0, errors.New("short produce request")
+			}
+			l := int(int16(binary.BigEndian.Uint16(b)))
+			b = b[2:]
+			if l > 0 {
+				if len(b) < l {
+					return 0, errors.New("transactional id past the frame")
+				}
+				b = b[l:]
+			}
+		}
+	}
+	if len(b) < 2 {
+		return 0, errors.New("short produce request")
+	}
+	return int16(binary.BigEndian.Uint16(b)), nil
 }
 
 type produceTxnState struct {

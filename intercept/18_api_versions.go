@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -18,18 +19,50 @@ import (
 // proxy parse something it cannot. Everything else, notably the tagged
 // SupportedFeatures / FinalizedFeatures that clients read transaction
 // version 2 from, passes through: kmsg keeps unknown tags too.
+//
+// That much every proxy does (upstreamVersions); the KIP-1289 engine then
+// adds the key it serves.
 func init() {
 	register(kmsg.ApiVersions, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ApiVersionsResponse)
-		if env.UpstreamVersions != nil {
-			env.UpstreamVersions(resp)
-		}
-		changed := CapApiVersions(resp)
+		changed := upstreamVersions(env, resp)
 		if env.KIP != nil && resp.ErrorCode == 0 {
 			changed = env.KIP.advertise(resp) || changed
 		}
 		return changed
 	})
+	describe(kmsg.ApiVersions, func(h *Handler) {
+		// Its responses use header v0 at every version, so a client can read
+		// the answer to a version the broker does not support.
+		h.ResponseHeaderV0 = true
+		// A version newer than kmsg decodes: answer as a broker does, with
+		// UNSUPPORTED_VERSION at v0 and the versions the proxy supports, so
+		// the client retries with one it can rewrite.
+		h.TooNew = func(int16) kmsg.Response {
+			resp := kmsg.NewPtrApiVersionsResponse()
+			resp.ErrorCode = kerr.UnsupportedVersion.Code
+			k := kmsg.NewApiVersionsResponseApiKey()
+			k.ApiKey, k.MaxVersion = kmsg.ApiVersions.Int16(), h.MaxVersion
+			resp.ApiKeys = append(resp.ApiKeys, k)
+			return resp
+		}
+		// Brokers answer an unsupported ApiVersions version at v0.
+		h.ResponseVersion = func(version int16, body []byte) int16 {
+			if len(body) >= 2 && int16(binary.BigEndian.Uint16(body)) == kerr.UnsupportedVersion.Code {
+				return 0
+			}
+			return version
+		}
+	})
+}
+
+// upstreamVersions tells the proxy the keys the upstream broker supports,
+// then caps them.
+func upstreamVersions(env *Env, resp *kmsg.ApiVersionsResponse) bool {
+	if env.UpstreamKeys != nil {
+		env.UpstreamKeys.Note(resp)
+	}
+	return CapApiVersions(resp)
 }
 
 // CapApiVersions applies the proxy's version policy to resp in place.
@@ -42,7 +75,7 @@ func CapApiVersions(resp *kmsg.ApiVersionsResponse) bool {
 			changed = true
 			continue
 		}
-		if Decoded(k.ApiKey) || k.ApiKey == kmsg.ApiVersions.Int16() {
+		if Decoded(k.ApiKey) {
 			if max := req.MaxVersion(); k.MaxVersion > max {
 				k.MaxVersion = max
 				changed = true

@@ -7,6 +7,8 @@ import (
 	"io"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/intercept"
 )
 
 // Frame errors. Each one closes the connection that sent the frame and
@@ -125,7 +127,7 @@ func ParseRequestHeader(frame []byte) (RequestHeader, error) {
 	}
 	// ControlledShutdown v0 (broker to controller only) has header v0;
 	// the proxy never sees it from clients.
-	h.Flexible = flexibleRequest(h.Key, h.Version)
+	h.Flexible = intercept.FlexibleRequest(h.Key, h.Version)
 	if h.Flexible {
 		n, err := skipTags(frame[off:])
 		if err != nil {
@@ -139,12 +141,12 @@ func ParseRequestHeader(frame []byte) (RequestHeader, error) {
 
 // ResponseBodyOffset returns where the body of a response frame starts: after
 // the correlation id, and for flexible responses after the header's tagged
-// fields. ApiVersions responses always use header v0.
+// fields. Some keys' responses (ApiVersions') always use header v0.
 func ResponseBodyOffset(frame []byte, key int16, flexible bool) (int, error) {
 	if len(frame) < 8 {
 		return 0, ErrFrameTooSmall
 	}
-	if !flexible || key == kmsg.ApiVersions.Int16() {
+	if !intercept.ResponseHeaderFlexible(key, flexible) {
 		return 8, nil
 	}
 	n, err := skipTags(frame[8:])
@@ -179,43 +181,6 @@ func skipTags(b []byte) (int, error) {
 	return off, nil
 }
 
-// ProduceAcks reads the acks field of a Produce request body; acks=0 means
-// the broker sends no response at all.
-func ProduceAcks(frame []byte, h RequestHeader) (int16, error) {
-	b := frame[h.BodyOffset:]
-	if h.Version >= 3 { // transactional id first
-		if h.Flexible {
-			l, n := binary.Uvarint(b) // compact nullable string: length+1
-			if n <= 0 {
-				return 0, errors.New("bad transactional id")
-			}
-			b = b[n:]
-			if l > 0 {
-				if uint64(len(b)) < l-1 {
-					return 0, errors.New("transactional id past the frame")
-				}
-				b = b[l-1:]
-			}
-		} else {
-			if len(b) < 2 {
-				return 0, errors.New("short produce request")
-			}
-			l := int(int16(binary.BigEndian.Uint16(b)))
-			b = b[2:]
-			if l > 0 {
-				if len(b) < l {
-					return 0, errors.New("transactional id past the frame")
-				}
-				b = b[l:]
-			}
-		}
-	}
-	if len(b) < 2 {
-		return 0, errors.New("short produce request")
-	}
-	return int16(binary.BigEndian.Uint16(b)), nil
-}
-
 // setCorrelationID overwrites the correlation id of a frame in place.
 func setCorrelationID(frame []byte, offset int, id int32) {
 	binary.BigEndian.PutUint32(frame[offset:], uint32(id))
@@ -226,7 +191,7 @@ func setCorrelationID(frame []byte, offset int, id int32) {
 func EncodeResponseFrame(corr int32, key int16, resp kmsg.Response) []byte {
 	buf := make([]byte, 8, 64)
 	binary.BigEndian.PutUint32(buf[4:], uint32(corr))
-	if resp.IsFlexible() && key != kmsg.ApiVersions.Int16() {
+	if intercept.ResponseHeaderFlexible(key, resp.IsFlexible()) {
 		buf = append(buf, 0)
 	}
 	buf = resp.AppendTo(buf)

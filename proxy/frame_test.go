@@ -10,6 +10,8 @@ import (
 	"testing/iotest"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/intercept"
 )
 
 func frameOf(req kmsg.Request, corr int32, clientID string) []byte {
@@ -64,28 +66,6 @@ func TestParseRequestHeader(t *testing.T) {
 		back.SetVersion(h.Version)
 		if err := back.ReadFrom(f[h.BodyOffset:]); err != nil {
 			t.Fatalf("%s v%d: body does not decode from BodyOffset: %v", kmsg.NameForKey(h.Key), h.Version, err)
-		}
-	}
-}
-
-func TestProduceAcks(t *testing.T) {
-	for _, v := range []int16{2, 3, 8, 9, 12} {
-		for _, acks := range []int16{0, 1, -1} {
-			req := kmsg.NewPtrProduceRequest()
-			req.Version = v
-			req.Acks = acks
-			req.TimeoutMillis = 1000
-			txn := "my-txn"
-			req.TransactionID = &txn
-			f := frameOf(req, 1, "c")
-			h, err := ParseRequestHeader(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := ProduceAcks(f, h)
-			if err != nil || got != acks {
-				t.Fatalf("v%d acks=%d: got %d, %v", v, acks, got, err)
-			}
 		}
 	}
 }
@@ -209,7 +189,8 @@ func TestReadFrameGrows(t *testing.T) {
 }
 
 // FuzzParseRequestHeader: any frame parses or errors; BodyOffset never
-// points past the frame; ProduceAcks never panics.
+// points past the frame; the registry's Responds (Produce's acks) never
+// panics.
 func FuzzParseRequestHeader(f *testing.F) {
 	for _, req := range []kmsg.Request{kmsg.NewPtrMetadataRequest(), kmsg.NewPtrProduceRequest(), kmsg.NewPtrShareFetchRequest()} {
 		f.Add(frameOf(req, 1, "c"))
@@ -224,32 +205,9 @@ func FuzzParseRequestHeader(f *testing.F) {
 		if h.BodyOffset > len(b) {
 			t.Fatalf("body offset %d past frame of %d", h.BodyOffset, len(b))
 		}
-		if h.Key == kmsg.Produce.Int16() {
-			ProduceAcks(b, h)
+		if responds := intercept.NewRegistry(nil).For(h.Key).Responds; responds != nil {
+			responds(&intercept.Request{Key: h.Key, Version: h.Version, Frame: b, BodyOffset: h.BodyOffset})
 		}
 		ResponseBodyOffset(b, h.Key, h.Flexible)
 	})
-}
-
-// The precomputed key table agrees with kmsg for every key and version
-// (and one version past kmsg's newest).
-func TestKeyTableMatchesKmsg(t *testing.T) {
-	for k := int16(-1); k <= kmsg.MaxKey+1; k++ {
-		req := kmsg.RequestForKey(k)
-		if known(k) != (req != nil) {
-			t.Fatalf("key %d: known %v", k, known(k))
-		}
-		if req == nil {
-			if flexibleRequest(k, 0) {
-				t.Fatalf("unknown key %d flexible", k)
-			}
-			continue
-		}
-		for v := int16(0); v <= req.MaxVersion()+1; v++ {
-			req.SetVersion(v)
-			if got, want := flexibleRequest(k, v), req.IsFlexible(); got != want {
-				t.Fatalf("key %d v%d: flexible %v, kmsg says %v", k, v, got, want)
-			}
-		}
-	}
 }

@@ -28,6 +28,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 		return nil
 	}
 	cfg := s.cfg.KIP1289
+	s.up.Store(cl) // the engine's side channel from now on
 	key, keySource, err := shadowKey(s.cfg)
 	if err != nil {
 		return err

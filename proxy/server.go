@@ -18,12 +18,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/markers"
 	"github.com/sharetx/sharetx/upstream"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Server is one running proxy.
@@ -32,24 +31,28 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	dialer  *upstream.Dialer
-	up      *upstream.Client // the proxy's own client (side channel, shadow topic)
 	tls     *tls.Config
 	env     *intercept.Env
-	advHost string
-	bindHst string
+	// feature is the KIP-1289 engine as the connections and the server's
+	// life see it; handlers says what to do with each API key.
+	feature  intercept.Feature
+	handlers *intercept.Registry
+	advHost  string
+	bindHst  string
 
-	mu        sync.Mutex
-	nodes     map[int32]*node
-	bootstrap net.Listener
-	conns     map[*conn]struct{}
-	closing   bool
-	wg        sync.WaitGroup
+	mu          sync.Mutex
+	nodes       map[int32]*node
+	bootstrap   net.Listener
+	metricsAddr string // where Run serves /metrics, empty for none
+	conns       map[*conn]struct{}
+	closing     bool
+	wg          sync.WaitGroup
 
-	// upstreamKeys is the union of API keys the upstream brokers advertised
-	// (nil until the first ApiVersions answer): a key outside it is never
-	// forwarded.
-	upstreamKeys atomic.Pointer[[kmsg.MaxKey + 1]bool]
+	// upstreamKeys is the union of API keys the upstream brokers advertised:
+	// a key outside it is never forwarded.
+	upstreamKeys intercept.UpstreamKeys
 	ready        atomic.Bool
+	up           atomic.Pointer[upstream.Client] // the proxy's own client, from StartKIP
 	tailer       *markers.Tailer
 	lastErr      atomic.Value // string: last discovery error
 	seedNext     atomic.Uint32
@@ -70,11 +73,9 @@ type node struct {
 	port     int32
 }
 
-// New builds a server; Start opens its listeners.
+// New builds a server; Run serves it (Start only opens its listeners).
+// With no upstream brokers configured, Run starts an embedded cluster.
 func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error) {
-	if len(cfg.Upstream.BootstrapServers) == 0 {
-		return nil, &configs.Error{Key: "upstream.bootstrap_servers", Msg: "no upstream brokers configured"}
-	}
 	d, err := upstream.NewDialer(cfg.Upstream)
 	if err != nil {
 		return nil, err
@@ -98,17 +99,10 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		nodes:   map[int32]*node{},
 		conns:   map[*conn]struct{}{},
 	}
-	// The proxy's own client: discovery, the shadow topic, and the side
-	// channel its own share-session requests go on. It connects on first use.
-	s.up, err = upstream.NewClient(cfg.Upstream.BootstrapServers, d, cfg.Upstream.SASL)
-	if err != nil {
-		return nil, err
-	}
-	side := func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
-		return s.up.Broker(int(node)).Request(ctx, req)
-	}
-	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamVersions: s.noteUpstreamVersions,
-		KIP: intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, side, cfg.Upstream.SASL.Mechanism != "")}
+	kip := intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, s.sideChannel, cfg.Upstream.SASL.Mechanism != "")
+	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamKeys: &s.upstreamKeys, KIP: kip}
+	s.feature = kip
+	s.handlers = intercept.NewRegistry(kip)
 	return s, nil
 }
 
@@ -118,6 +112,9 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // Start opens the bootstrap listener. Broker listeners open as brokers are
 // discovered (Discover, or any Metadata-like response passing through).
 func (s *Server) Start() error {
+	if len(s.cfg.Upstream.BootstrapServers) == 0 {
+		return &configs.Error{Key: "upstream.bootstrap_servers", Msg: "no upstream brokers configured"}
+	}
 	ln, err := net.Listen("tcp", s.cfg.Listen.Bootstrap)
 	if err != nil {
 		return &configs.Error{Key: "listen.bootstrap", Msg: fmt.Sprintf("cannot listen: %v", err)}
@@ -388,40 +385,12 @@ func (s *Server) dialUpstream(nodeID int32) (net.Conn, error) {
 	return nil, errors.Join(errs...)
 }
 
-// forwardable reports whether requests of key may go upstream: kmsg must
-// know the key (the proxy must be able to parse the header) and, once the
-// upstream told us its keys, one of its brokers must support it.
-func (s *Server) forwardable(key int16) bool {
-	if !known(key) {
-		return false
-	}
-	if ks := s.upstreamKeys.Load(); ks != nil {
-		return ks[key]
-	}
-	return true
-}
-
-func (s *Server) noteUpstreamVersions(resp *kmsg.ApiVersionsResponse) {
-	if resp.ErrorCode != 0 {
-		return
-	}
-	for {
-		old := s.upstreamKeys.Load()
-		var next [kmsg.MaxKey + 1]bool
-		if old != nil {
-			next = *old
-		}
-		changed := old == nil
-		for _, k := range resp.ApiKeys {
-			if k.ApiKey >= 0 && k.ApiKey <= kmsg.MaxKey && !next[k.ApiKey] {
-				next[k.ApiKey] = true
-				changed = true
-			}
-		}
-		if !changed || s.upstreamKeys.CompareAndSwap(old, &next) {
-			return
-		}
-	}
+// forwardable reports whether requests of key, whose Handler is h, may go
+// upstream: kmsg must know the key (the proxy must be able to parse the
+// header) and, once the upstream told us its keys, one of its brokers must
+// support it.
+func (s *Server) forwardable(h *intercept.Handler, key int16) bool {
+	return h.Known && s.upstreamKeys.Allows(key)
 }
 
 // Discover asks the cluster for its brokers once, opening listeners for new
@@ -437,8 +406,8 @@ func (s *Server) Discover(ctx context.Context, cl *upstream.Client) ([]upstream.
 		s.Advertise(b.NodeID, b.Host, b.Port)
 	}
 	if versions != nil {
-		s.noteUpstreamVersions(versions)
-		if err := s.env.KIP.CheckUpstream(versions); err != nil {
+		s.upstreamKeys.Note(versions)
+		if err := s.feature.CheckUpstream(versions); err != nil {
 			s.lastErr.Store(err.Error())
 			return nil, &FatalError{err}
 		}
@@ -475,7 +444,7 @@ func (s *Server) Ready() (bool, string) {
 		e, _ := s.lastErr.Load().(string)
 		return false, "the upstream cluster has not answered yet: " + e
 	}
-	if s.env.KIP != nil && !s.env.KIP.Recovered() {
+	if !s.feature.Recovered() {
 		return false, "the shadow topic " + s.cfg.KIP1289.ShadowTopic + " has not been read back yet (staged and committed acknowledgements are being recovered)"
 	}
 	return true, ""
@@ -505,7 +474,7 @@ func (s *Server) stopAcceptingLocked() {
 // drained; every listener and connection (so every upstream share session)
 // closes at once.
 func (s *Server) Kill() {
-	s.env.KIP.Close()
+	s.feature.Close()
 	s.mu.Lock()
 	s.closing = true
 	tailer := s.tailer
@@ -518,7 +487,6 @@ func (s *Server) Kill() {
 	if tailer != nil {
 		tailer.Close()
 	}
-	s.up.Close()
 }
 
 // Shutdown stops accepting, lets requests already read finish and their
@@ -530,8 +498,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.tailer != nil {
 		defer s.tailer.Close()
 	}
-	defer s.up.Close()
-	defer s.env.KIP.Close()
+	defer s.feature.Close()
 	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.drain()
@@ -553,4 +520,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	<-done
 	return fmt.Errorf("%d connections still busy after the shutdown grace period were closed", n)
+}
+
+// sideChannel sends req to broker node on the proxy's own client (the
+// engine's side channel, upstream.SideChannel).
+func (s *Server) sideChannel(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	cl := s.up.Load()
+	if cl == nil {
+		return nil, upstream.ErrNoSideChannel
+	}
+	return cl.Broker(int(node)).Request(ctx, req)
 }

@@ -37,7 +37,13 @@ type Conn interface {
 // connection when the member id and session epoch are right, so committed
 // acknowledgements need not wait behind a long-poll ShareFetch on the
 // client's connection.
+// It returns ErrNoSideChannel while the proxy has no connection of its own
+// yet: the request then goes on the client's connection.
 type SideChannel func(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error)
+
+// ErrNoSideChannel: the proxy has no connection of its own to the cluster
+// yet (SideChannel).
+var ErrNoSideChannel = errors.New("the proxy's own connection to the cluster is not ready yet")
 
 // SessionKey names a member's share session on one broker.
 type SessionKey struct {
@@ -304,6 +310,9 @@ func (ss *Sessions) Send(k SessionKey, req *kmsg.ShareAcknowledgeRequest) (*kmsg
 			ctx, cancel := context.WithTimeout(ss.ctx, 10*time.Second)
 			r, err := ss.side(ctx, k.Node, req)
 			cancel()
+			if errors.Is(err, ErrNoSideChannel) {
+				goto inject // still holding the session
+			}
 			resp, _ := r.(*kmsg.ShareAcknowledgeResponse)
 			if err == nil && resp != nil && resp.ErrorCode != kerr.InvalidShareSessionEpoch.Code {
 				sess.last = epoch
@@ -324,6 +333,7 @@ func (ss *Sessions) Send(k SessionKey, req *kmsg.ShareAcknowledgeRequest) (*kmsg
 			}
 			return resp, nil
 		}
+	inject:
 		wait, err := conn.StartInject(req)
 		if err == nil {
 			sess.last = epoch

@@ -15,19 +15,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/proxy"
-	"github.com/sharetx/sharetx/upstream"
 )
 
 func main() {
@@ -77,126 +74,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 
-	var embedded *upstream.Embedded
-	if len(cfg.Upstream.BootstrapServers) == 0 {
-		embedded, err = upstream.StartEmbedded(cfg.Embedded.DataDir, cfg.Embedded.Brokers)
-		if err != nil {
-			fmt.Fprintf(stderr, "sharetx: %v\n", err)
-			return 1
-		}
-		defer embedded.Close()
-		cfg.Upstream.BootstrapServers = embedded.Seeds()
-		fmt.Fprintf(stdout, "embedded cluster (franz-go kfake, %d broker(s)) started; its data is kept in %s\n", cfg.Embedded.Brokers, embedded.DataDir)
-	}
-
 	srv, err := proxy.New(cfg, log, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "sharetx: %v\n", err)
 		return 2
 	}
-	if err := srv.Start(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = srv.Run(ctx, proxy.RunOptions{Out: stdout, HTTP: httpHandler(srv)})
+	var cfgErr *configs.Error
+	var fatal *proxy.FatalError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &cfgErr):
+		fmt.Fprintf(stderr, "sharetx: configuration: %v\n", err)
+		return 2
+	case errors.As(err, &fatal):
+		fmt.Fprintf(stderr, "sharetx: %v\n", err)
+		return 2
+	default:
 		fmt.Fprintf(stderr, "sharetx: %v\n", err)
 		return 1
 	}
-
-	var metricsSrv *http.Server
-	if cfg.Metrics.Address != "" {
-		ln, err := net.Listen("tcp", cfg.Metrics.Address)
-		if err != nil {
-			fmt.Fprintf(stderr, "sharetx: configuration: config key metrics.address: cannot listen on %s: %v\n", cfg.Metrics.Address, err)
-			return 2
-		}
-		metricsSrv = &http.Server{Handler: httpHandler(srv), ReadHeaderTimeout: 5 * time.Second}
-		go metricsSrv.Serve(ln)
-		cfg.Metrics.Address = ln.Addr().String()
-	}
-
-	dialer, err := upstream.NewDialer(cfg.Upstream)
-	if err != nil {
-		fmt.Fprintf(stderr, "sharetx: configuration: %v\n", err)
-		return 2
-	}
-	cl, err := upstream.NewClient(cfg.Upstream.BootstrapServers, dialer, cfg.Upstream.SASL)
-	if err != nil {
-		fmt.Fprintf(stderr, "sharetx: upstream client: %v\n", err)
-		return 1
-	}
-	defer cl.Close()
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	fmt.Fprintf(stdout, "sharetx: clients connect with bootstrap.servers=%s\n", srv.BootstrapAddr())
-	if cfg.Metrics.Address != "" {
-		fmt.Fprintf(stdout, "sharetx: metrics at http://%s/metrics (health: /healthz, readiness: /readyz)\n", cfg.Metrics.Address)
-	}
-	// Find the brokers before announcing them; keep serving (and retrying)
-	// while the upstream is down: /readyz says so.
-	for attempt := 1; ; attempt++ {
-		dctx, cancel := context.WithTimeout(ctx, cfg.Upstream.DialTimeout)
-		_, err := srv.Discover(dctx, cl)
-		cancel()
-		if err == nil {
-			break
-		}
-		var fatal *proxy.FatalError
-		if errors.As(err, &fatal) {
-			fmt.Fprintf(stderr, "sharetx: %v\n", err)
-			srv.Shutdown(context.Background())
-			return 2
-		}
-		if ctx.Err() != nil {
-			return shutdown(srv, cfg, stdout, log)
-		}
-		fmt.Fprintf(stdout, "sharetx: upstream %s not reachable yet (attempt %d): %v; retrying\n",
-			strings.Join(cfg.Upstream.BootstrapServers, ","), attempt, err)
-		select {
-		case <-ctx.Done():
-			return shutdown(srv, cfg, stdout, log)
-		case <-time.After(min(time.Duration(attempt)*time.Second, 10*time.Second)):
-		}
-	}
-	for attempt := 1; ; attempt++ {
-		err := srv.StartKIP(ctx, cl)
-		if err == nil {
-			fmt.Fprintf(stdout, "sharetx: TxnShareAcknowledge served on API key %d; shadow topic %s\n", cfg.KIP1289.APIKey, cfg.KIP1289.ShadowTopic)
-			break
-		}
-		if ctx.Err() != nil {
-			return shutdown(srv, cfg, stdout, log)
-		}
-		fmt.Fprintf(stdout, "sharetx: preparing transactional acknowledgements failed (attempt %d): %v; retrying\n", attempt, err)
-		select {
-		case <-ctx.Done():
-			return shutdown(srv, cfg, stdout, log)
-		case <-time.After(min(time.Duration(attempt)*time.Second, 10*time.Second)):
-		}
-	}
-	for _, b := range srv.Brokers() {
-		fmt.Fprintf(stdout, "sharetx: upstream broker %d at %s is served at %s\n", b.NodeID, b.Upstream, b.Proxy)
-	}
-	fmt.Fprintln(stdout, "sharetx: ready")
-	go srv.RunDiscovery(ctx, cl)
-
-	<-ctx.Done()
-	rc := shutdown(srv, cfg, stdout, log)
-	if metricsSrv != nil {
-		metricsSrv.Close()
-	}
-	return rc
 }
 
-func shutdown(srv *proxy.Server, cfg configs.Config, stdout io.Writer, log *slog.Logger) int {
-	fmt.Fprintf(stdout, "sharetx: shutting down: no new connections; finishing in-flight requests (up to %s)\n", cfg.Timeouts.ShutdownGrace)
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.ShutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		log.Warn("shutdown", "err", err)
-	}
-	fmt.Fprintln(stdout, "sharetx: stopped")
-	return 0
-}
-
+// httpHandler is what sharetx serves at metrics.address.
 func httpHandler(srv *proxy.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))

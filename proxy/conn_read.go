@@ -1,0 +1,256 @@
+package proxy
+
+// The client read path: requests are read, handed to their handler, and
+// queued in client order or written upstream.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sharetx/sharetx/intercept"
+)
+
+// readRequestFrame reads the client's next request frame, closing an idle
+// client after timeouts.client_idle.
+func (c *conn) readRequestFrame() ([]byte, error) {
+	if idle := c.s.cfg.Timeouts.ClientIdle; idle > 0 && !c.draining.Load() {
+		c.client.SetReadDeadline(time.Now().Add(idle))
+		if c.draining.Load() { // drain raced with us: keep its deadline
+			c.client.SetReadDeadline(time.Now())
+		}
+	}
+	return ReadFrame(c.cr, c.s.cfg.Limits.MaxFrameBytes)
+}
+
+// readClient reads the client's requests and does with each what the
+// registry's Handler of its key says: answer it here, now or later; close;
+// or forward it, maybe changed, to the upstream broker.
+func (c *conn) readClient() {
+	defer close(c.order)
+	// Requests are written upstream unflushed while the client's next
+	// request is already buffered (a pipelined burst becomes one write);
+	// they are flushed before anything here can block.
+	defer c.flushUp()
+	for {
+		frame := c.first
+		c.first = nil
+		if frame == nil {
+			if !hasFullFrame(c.cr) {
+				c.flushUp()
+			}
+			var err error
+			if frame, err = c.readRequestFrame(); err != nil {
+				c.clientReadError(err)
+				return
+			}
+		}
+		hdr, err := ParseRequestHeader(frame)
+		if err != nil {
+			c.log.Warn("closing connection: malformed request header", "err", err)
+			c.stopReading("malformed_frame")
+			return
+		}
+		h := c.s.handlers.For(hdr.Key)
+		if !hdr.Flexible && h.FlexibleRequest(hdr.Version) {
+			// A key kmsg does not know (the one the proxy serves itself)
+			// with a flexible header (v2): its tagged fields follow the
+			// client id.
+			n, err := skipTags(frame[hdr.BodyOffset:])
+			if err != nil {
+				c.log.Warn("closing connection: malformed request header (v2 expected)", "api", h.Name, "err", err)
+				c.stopReading("malformed_frame")
+				return
+			}
+			hdr.BodyOffset += n
+			hdr.Flexible = true
+		}
+		if !h.Served && !c.s.forwardable(h, hdr.Key) {
+			c.log.Warn("closing connection: request with an API key the proxy does not forward (a broker would close the connection too)",
+				"api_key", hdr.Key, "version", hdr.Version, "client_id", deref(hdr.ClientID))
+			c.stopReading("unknown_api_key")
+			return
+		}
+		if h.Known {
+			api := c.s.metrics.api(hdr.Key)
+			api.requests.Inc()
+			api.reqBytes.Add(float64(len(frame)))
+		}
+		p := &pending{hdr: hdr, h: h, start: time.Now(), done: make(chan struct{})}
+
+		if h.TooNew != nil && hdr.Version > h.MaxVersion {
+			p.local = true
+			p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, h.TooNew(hdr.Version))
+			close(p.done)
+			if !c.enqueue(p) {
+				return
+			}
+			continue
+		}
+		// Whether the frame's buffer may go back to the pool once it is
+		// written upstream: not when a request hook saw it (it may keep a
+		// part of it), unless the hook keeps nothing.
+		recycle := true
+		var act intercept.Action
+		if h.Hook != nil {
+			recycle = h.HookKeepsNothing
+			if !recycle && !c.decodable(h, hdr, frame) {
+				return
+			}
+			act = h.Hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			if h.Served || act.Local != nil || act.Async != nil || act.Close != "" {
+				if !c.handleLocal(h, hdr, act) {
+					return
+				}
+				continue
+			}
+			p.state = act.State
+			if act.Body != nil {
+				frame = rebuildFrame(frame[:hdr.BodyOffset], act.Body)
+				recycle = false
+			}
+		}
+
+		expectResponse := true
+		if h.Responds != nil {
+			if expectResponse, err = h.Responds(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
+				c.log.Warn("closing connection: malformed request", "api", h.Name, "err", err)
+				c.stopReading("malformed_frame")
+				return
+			}
+		}
+		if expectResponse && !c.enqueue(p) {
+			if act.After != nil {
+				act.After()
+			}
+			return
+		}
+		err = c.send(frame, p, expectResponse)
+		if act.After != nil {
+			act.After()
+		}
+		if err != nil {
+			return
+		}
+		if recycle {
+			putFrameBuf(frame) // copied into upw or written out
+		}
+	}
+}
+
+// decodable reports whether a request the proxy decodes whole (one whose
+// hook does not keep to a few fields) is within
+// limits.max_decoded_request_bytes. Decoded, a frame can take some sixteen
+// times its size (arrays of nearly empty elements), and these requests are
+// small in practice. A larger one closes the connection, once the responses
+// owed to earlier requests are written, as a broker closes on a frame over
+// its socket limit.
+func (c *conn) decodable(h *intercept.Handler, hdr RequestHeader, frame []byte) bool {
+	limit := c.s.cfg.Limits.MaxDecodedRequestBytes
+	if len(frame)-4 <= limit {
+		return true
+	}
+	c.log.Warn("closing connection: a request the proxy decodes is larger than limits.max_decoded_request_bytes",
+		"api", h.Name, "api_key", hdr.Key, "version", hdr.Version, "bytes", len(frame)-4, "limit", limit, "client_id", deref(hdr.ClientID))
+	c.stopReading("decoded_request_too_large")
+	return false
+}
+
+// handleLocal carries out a hook's decision to answer (now or later) or to
+// close instead of forwarding; it returns false when reading must stop.
+func (c *conn) handleLocal(h *intercept.Handler, hdr RequestHeader, act intercept.Action) bool {
+	if act.After != nil {
+		defer act.After()
+	}
+	if act.Close != "" {
+		c.log.Warn("closing connection", "reason", act.Close, "api_key", hdr.Key)
+		c.stopReading(act.Close)
+		return false
+	}
+	p := &pending{hdr: hdr, h: h, start: time.Now(), done: make(chan struct{}), local: true}
+	switch {
+	case act.Local != nil:
+		p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, act.Local)
+		close(p.done)
+	case act.Async != nil:
+		go func() {
+			resp := act.Async()
+			p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, resp)
+			close(p.done)
+		}()
+	}
+	return c.enqueue(p)
+}
+
+// rebuildFrame joins a request header (with its size prefix) and a new body.
+func rebuildFrame(header, body []byte) []byte {
+	f := make([]byte, 0, len(header)+len(body))
+	f = append(f, header...)
+	f = append(f, body...)
+	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
+	return f
+}
+
+// enqueue puts p in client order; it blocks while max_in_flight requests
+// are waiting (back-pressure: the proxy stops reading from the client).
+func (c *conn) enqueue(p *pending) bool {
+	select {
+	case c.order <- p:
+		return true
+	default:
+	}
+	c.flushUp() // about to wait for responses: what they answer must be on the wire
+	select {
+	case c.order <- p:
+		return true
+	case <-c.closed:
+		return false
+	}
+}
+
+func (c *conn) clientReadError(err error) {
+	switch {
+	case c.draining.Load():
+		c.stopReading("shutdown")
+	case errors.Is(err, io.EOF):
+		// The client closed its side, or only its write side (TCP
+		// half-close): the two look alike here. Stop reading, deliver the
+		// responses it is owed (writeClient), then end as clientGone does;
+		// a write that fails means it is gone for good.
+		c.clientEOF.Store(true)
+	case errors.Is(err, ErrFrameTooLarge):
+		c.log.Warn("closing connection: request frame too large", "err", err, "limit", c.s.cfg.Limits.MaxFrameBytes)
+		c.stopReading("frame_too_large")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Info("closing idle connection", "idle", c.s.cfg.Timeouts.ClientIdle)
+		c.stopReading("idle")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.log.Warn("closing connection: client sent a truncated frame")
+		c.close("truncated_frame")
+	default:
+		c.clientGone("client_read_error")
+	}
+}
+
+// hasFullFrame reports whether r already holds a whole next frame.
+func hasFullFrame(r *bufio.Reader) bool {
+	if r.Buffered() < 4 {
+		return false
+	}
+	b, err := r.Peek(4)
+	if err != nil {
+		return false
+	}
+	n := int32(binary.BigEndian.Uint32(b))
+	return n >= 0 && r.Buffered()-4 >= int(n)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
