@@ -75,7 +75,7 @@ func TestKIP1289AckOnlyTransactionCommits(t *testing.T) {
 			if err := s.producer.BeginTransaction(); err != nil {
 				t.Fatal(err)
 			}
-			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Reject), s.md); err != nil {
+			if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Reject), s.md); err != nil {
 				t.Fatalf("TxnShareAcknowledge: %v", err)
 			}
 			if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -104,7 +104,7 @@ func TestKIP1289ClientAckOfPendingNeverReachesBroker(t *testing.T) {
 		if err := s.producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md); err != nil {
 			t.Fatal(err)
 		}
 		before := s.p.KIP().Stats().AbsorbedAcks
@@ -182,8 +182,8 @@ func TestKIP1289ZombieFenced(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		recs := s.pollSome(t, ctx, 4)
 		txnID := Unique("zombie")
-		mk := func() *kgo.Client {
-			return s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(s.out)}, client.ClientOpts()...)...)
+		mk := func() *client.Producer {
+			return newProducer(t, s.p, s.rec, kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(s.out))
 		}
 		zombie := mk()
 		if err := zombie.BeginTransaction(); err != nil {
@@ -201,7 +201,7 @@ func TestKIP1289ZombieFenced(t *testing.T) {
 		}
 		// The proxy's own check, without the client library's touch record
 		// (which the broker already refuses): the zombie's epoch is old.
-		zpid, zepoch, _ := zombie.ProducerID(ctx)
+		zpid, zepoch, _ := zombie.Client().ProducerID(ctx)
 		raw := &kip1289.TxnShareAcknowledgeRequest{TransactionalID: &txnID, ProducerID: zpid, ProducerEpoch: zepoch,
 			GroupID: s.group, MemberEpoch: -1, Topics: []kip1289.TxnShareAcknowledgeTopic{{TopicID: topicIDOf(t, s.admin, s.in),
 				Partitions: []kip1289.TxnShareAcknowledgePartition{{Partition: recs[0].Partition,
@@ -209,7 +209,7 @@ func TestKIP1289ZombieFenced(t *testing.T) {
 		if resp := rawRoundTrip(t, s.p.Addr, raw).(*kip1289.TxnShareAcknowledgeResponse); resp.ErrorCode != kerr.ProducerFenced.Code {
 			t.Fatalf("zombie epoch %d: error %d (%s), want PRODUCER_FENCED", zepoch, resp.ErrorCode, topMessage(resp))
 		}
-		err := client.SendShareAcknowledgementsToTransaction(ctx, zombie, acksOf(recs, client.Accept), s.md)
+		err := zombie.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md)
 		if err == nil {
 			t.Fatal("a fenced producer staged acknowledgements")
 		}
@@ -218,7 +218,7 @@ func TestKIP1289ZombieFenced(t *testing.T) {
 			t.Fatalf("%d records staged by a zombie", p)
 		}
 		// The fresh producer stages them and commits.
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, fresh, acksOf(recs, client.Accept), s.md); err != nil {
+		if err := fresh.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md); err != nil {
 			t.Fatalf("fresh producer: %v", err)
 		}
 		if err := fresh.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -236,12 +236,12 @@ func TestKIP1289TransactionTimeout(t *testing.T) {
 		s := newKIPSetup(t, b, 4)
 		ctx := ctxT(t, 3*time.Minute)
 		recs := s.pollSome(t, ctx, 4)
-		stuck := s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(Unique("stuck")), kgo.DefaultProduceTopic(s.out),
-			kgo.TransactionTimeout(time.Second)}, client.ClientOpts()...)...)
+		stuck := newProducer(t, s.p, s.rec, kgo.TransactionalID(Unique("stuck")), kgo.DefaultProduceTopic(s.out),
+			kgo.TransactionTimeout(time.Second))
 		if err := stuck.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, stuck, acksOf(recs, client.Accept), s.md); err != nil {
+		if err := stuck.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md); err != nil {
 			t.Fatal(err)
 		}
 		if p := s.p.KIP().Stats().Pending; p != len(recs) {
@@ -273,7 +273,7 @@ func TestKIP1289TransactionTimeout(t *testing.T) {
 		if err := s.producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(again, client.Accept), s.md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(again, client.Accept), s.md); err != nil {
 			t.Fatalf("staging the redelivered records: %v", err)
 		}
 		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -327,9 +327,9 @@ func TestKIP1289ClientAcksRejectMode(t *testing.T) {
 		group := Unique("reject")
 		setShareAutoOffsetReset(t, admin, group)
 		results := make(chan error, 100)
-		consumer := p.NewClient(t, rec, append([]kgo.Opt{kgo.ShareGroup(group), kgo.ConsumeTopics(in), kgo.FetchMaxWait(500 * time.Millisecond),
-			kgo.ShareAckCallback(func(_ *kgo.Client, rs kgo.ShareAckResults) { results <- rs.Error() })}, client.ClientOpts()...)...)
-		producer := p.NewClient(t, rec, append([]kgo.Opt{kgo.TransactionalID(Unique("reject-txn"))}, client.ClientOpts()...)...)
+		consumer := p.NewClient(t, rec, kgo.ShareGroup(group), kgo.ConsumeTopics(in), kgo.FetchMaxWait(500*time.Millisecond),
+			kgo.ShareAckCallback(func(_ *kgo.Client, rs kgo.ShareAckResults) { results <- rs.Error() }))
+		producer := newProducer(t, p, rec, kgo.TransactionalID(Unique("reject-txn")))
 		ctx := ctxT(t, time.Minute)
 		var recs []*kgo.Record
 		for len(recs) == 0 && ctx.Err() == nil {
@@ -340,7 +340,7 @@ func TestKIP1289ClientAcksRejectMode(t *testing.T) {
 		if err := producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, producer, acksOf(recs, client.Accept), client.NewShareGroupMetadata(group)); err != nil {
+		if err := producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), client.NewShareGroupMetadata(group)); err != nil {
 			t.Fatal(err)
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -372,8 +372,8 @@ func TestKIP1289AnotherMembersOffsets(t *testing.T) {
 		s := newKIPSetup(t, b, 40)
 		ctx := ctxT(t, 2*time.Minute)
 		member := func(id string) *kgo.Client {
-			return s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.ClientID(id),
-				kgo.FetchMaxWait(500 * time.Millisecond), kgo.ShareMaxRecords(5), kgo.ShareMaxRecordsStrict()}, client.ClientOpts()...)...)
+			return s.p.NewClient(t, s.rec, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.ClientID(id),
+				kgo.FetchMaxWait(500*time.Millisecond), kgo.ShareMaxRecords(5), kgo.ShareMaxRecordsStrict())
 		}
 		s.consumer.Close() // two members of our own, with small fetches
 		memberA, memberB := member("member-a"), member("member-b")
@@ -412,11 +412,11 @@ func TestKIP1289AnotherMembersOffsets(t *testing.T) {
 		}
 		md := s.md
 		md.MemberID, md.MemberEpoch = a, aEpoch // a member id comes with its current epoch
-		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(theirs, client.Accept), md)
+		err = s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(theirs, client.Accept), md)
 		if !errors.Is(err, kerr.InvalidRecordState) {
 			t.Fatalf("member A acknowledging member B's records: %v, want INVALID_RECORD_STATE", err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(mine, client.Accept), md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(mine, client.Accept), md); err != nil {
 			t.Fatalf("member A acknowledging its own records: %v", err)
 		}
 		if err := s.producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -436,8 +436,8 @@ func TestKIP1289CloseRightAfterCommit(t *testing.T) {
 		const n = 30
 		s := newKIPSetup(t, b, n)
 		s.consumer.Close()
-		consumer := s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
-			kgo.FetchMaxWait(3 * time.Second)}, client.ClientOpts()...)...)
+		consumer := s.p.NewClient(t, s.rec, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+			kgo.FetchMaxWait(3*time.Second))
 		s.commitAllThenEnd(t, consumer, n, false, func() { consumer.Close() }) // at once, with a fetch in flight
 		Wait(t, 60*time.Second, "the committed acknowledgements to be applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
 		if left := s.remaining(t, b, 3*time.Second); len(left) != 0 {
@@ -461,8 +461,8 @@ func TestKIP1289ClientDiesRightAfterCommit(t *testing.T) {
 		s := newKIPSetup(t, b, n)
 		s.consumer.Close()
 		killer := &KillableDialer{}
-		consumer, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.p.Addr), kgo.Dialer(killer.Dial),
-			kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.FetchMaxWait(3 * time.Second)}, client.ClientOpts()...)...)
+		consumer, err := kgo.NewClient(kgo.SeedBrokers(s.p.Addr), kgo.Dialer(killer.Dial),
+			kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.FetchMaxWait(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -512,8 +512,8 @@ func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
 		s := newKIPSetup(t, b, 10)
 		s.consumer.Close()
 		setGroupConfig(t, s.admin, s.group, "share.record.lock.duration.ms", strconv.Itoa(int(lock.Milliseconds())))
-		consumer := s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
-			kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
+		consumer := s.p.NewClient(t, s.rec, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+			kgo.FetchMaxWait(500*time.Millisecond))
 		ctx := ctxT(t, 3*time.Minute)
 		var recs []*kgo.Record
 		for len(recs) == 0 && ctx.Err() == nil {
@@ -528,7 +528,7 @@ func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
 		if err := s.producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf(recs, client.Accept), s.md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md); err != nil {
 			t.Fatal(err)
 		}
 		// Another member, straight to the cluster, polls all along: it
@@ -571,7 +571,7 @@ func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
 // stageOutputs begins a transaction on producer, produces one output per
 // record ("out-<key>") and binds the records' ACCEPTs to it; the caller
 // ends it.
-func (s *kipSetup) stageOutputs(t *testing.T, ctx context.Context, producer *kgo.Client, recs []*kgo.Record) {
+func (s *kipSetup) stageOutputs(t *testing.T, ctx context.Context, producer *client.Producer, recs []*kgo.Record) {
 	t.Helper()
 	if err := producer.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -582,7 +582,7 @@ func (s *kipSetup) stageOutputs(t *testing.T, ctx context.Context, producer *kgo
 	if err := producer.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.SendShareAcknowledgementsToTransaction(ctx, producer, acksOf(recs, client.Accept), s.md); err != nil {
+	if err := producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md); err != nil {
 		t.Fatalf("TxnShareAcknowledge: %v", err)
 	}
 }
