@@ -14,9 +14,10 @@
 // TxnShareAcknowledge key to kgo's version table (kgo refuses to send keys
 // it does not know) and installs a record partitioner that can place the
 // touch record (below) on an exact partition, so do not pass
-// kgo.MaxVersions or kgo.RecordPartitioner in the kgo options (NewProducer
-// refuses them); use the MaxVersions and Partitioner options instead. The
-// share consumer is a plain kgo client, seeded with the proxy too.
+// kgo.RecordPartitioner, or kgo.MaxVersions without the key, in the kgo
+// options (NewProducer refuses them); use the Partitioner and MaxVersions
+// options instead. The share consumer is a plain kgo client, seeded with
+// the proxy too.
 //
 // # Consume-transform-produce
 //

@@ -135,10 +135,11 @@ func (c *producerConfig) versionTable() *kversion.Versions {
 //     already holds a record, so SendShareAcknowledgementsToTransaction
 //     needs no touch record (see package doc).
 //
-// It fails if kopts set kgo.MaxVersions or kgo.RecordPartitioner (use the
-// MaxVersions and Partitioner options) or no transactional id. Nothing is
-// sent here: whether the cluster is reached through sharetx is found out by
-// the first SendShareAcknowledgementsToTransaction (ErrNotAdvertised).
+// It fails if kopts set no transactional id, kgo.RecordPartitioner, or
+// kgo.MaxVersions with a table that lacks the key (use the Partitioner and
+// MaxVersions options instead). Nothing is sent here: whether the cluster
+// is reached through sharetx is found out by the first
+// SendShareAcknowledgementsToTransaction (ErrNotAdvertised).
 //
 // The share consumer needs nothing of this package: a kgo client with
 // kgo.ShareGroup, seeded with the proxy.
