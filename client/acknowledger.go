@@ -7,16 +7,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// DefaultAbortTimeout bounds the abort a failed Flush or Commit runs, see
+// defaultAbortTimeout bounds the abort a failed Flush or Commit runs, see
 // AbortTimeout.
-const DefaultAbortTimeout = 30 * time.Second
+const defaultAbortTimeout = 30 * time.Second
 
-// AcknowledgerOption configures NewTransactionalShareAcknowledger.
-type AcknowledgerOption func(*acknowledgerConfig)
+// AcknowledgerOpt is an option of NewTransactionalShareAcknowledger.
+type AcknowledgerOpt interface{ apply(*acknowledgerConfig) }
+
+type acknowledgerOpt func(*acknowledgerConfig)
+
+func (o acknowledgerOpt) apply(c *acknowledgerConfig) { o(c) }
 
 type acknowledgerConfig struct {
 	abortTimeout time.Duration
@@ -26,13 +29,13 @@ type acknowledgerConfig struct {
 // one of Abort and Close. The abort runs even when the caller's context is
 // already canceled (a canceled Commit must still end its transaction): it
 // keeps the context's values, not its cancellation, and gets this timeout
-// instead. Values <= 0 keep the default, DefaultAbortTimeout.
-func AbortTimeout(d time.Duration) AcknowledgerOption {
-	return func(c *acknowledgerConfig) {
+// instead. The default is 30 seconds; values <= 0 keep it.
+func AbortTimeout(d time.Duration) AcknowledgerOpt {
+	return acknowledgerOpt(func(c *acknowledgerConfig) {
 		if d > 0 {
 			c.abortTimeout = d
 		}
-	}
+	})
 }
 
 // TransactionalShareAcknowledger commits share-group acknowledgements in
@@ -45,14 +48,14 @@ func AbortTimeout(d time.Duration) AcknowledgerOption {
 // package documentation for the rules (in short: Flush or Commit before the
 // share consumer polls again).
 //
-// It owns the transactions of its producer: do not produce with it, begin or
+// It owns the transactions of its Producer: do not produce with it, begin or
 // end its transactions yourself, or use it for a second acknowledger.
 //
 // Acknowledge, AcknowledgeAll and Len are safe for concurrent use with
 // everything. Flush, Commit, Abort and Close may be called from any goroutine
 // and run one at a time.
 type TransactionalShareAcknowledger struct {
-	producer *kgo.Client
+	producer *Producer
 	md       ShareGroupMetadata
 	cfg      acknowledgerConfig
 
@@ -92,29 +95,27 @@ type ackEntry struct {
 
 // NewTransactionalShareAcknowledger returns an acknowledger that commits the
 // acknowledgements of records polled by md's share group in transactions of
-// producer. producer must be a transactional client (kgo.TransactionalID)
-// built with ClientOpts and connected through sharetx; the acknowledger owns
-// its transactions until Close. md is usually NewShareGroupMetadata(group).
+// producer (NewProducer); the acknowledger owns its transactions until
+// Close. md is usually NewShareGroupMetadata(group).
 //
 // Nothing is sent here: whether the cluster is reached through sharetx is
 // found out by the first Flush or Commit (ErrNotAdvertised, terminal).
-func NewTransactionalShareAcknowledger(producer *kgo.Client, md ShareGroupMetadata, opts ...AcknowledgerOption) (*TransactionalShareAcknowledger, error) {
-	if _, _, err := checkProducer(producer, md); err != nil {
+func NewTransactionalShareAcknowledger(producer *Producer, md ShareGroupMetadata, opts ...AcknowledgerOpt) (*TransactionalShareAcknowledger, error) {
+	if err := checkProducer(producer, md); err != nil {
 		return nil, err
 	}
-	cfg := acknowledgerConfig{abortTimeout: DefaultAbortTimeout}
+	cfg := acknowledgerConfig{abortTimeout: defaultAbortTimeout}
 	for _, o := range opts {
 		if o != nil {
-			o(&cfg)
+			o.apply(&cfg)
 		}
 	}
-	st := stateFor(producer)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.owned {
+	producer.mu.Lock()
+	defer producer.mu.Unlock()
+	if producer.owned {
 		return nil, errors.New("sharetx: the producer already belongs to an open TransactionalShareAcknowledger; each needs its own transactional producer")
 	}
-	st.owned = true
+	producer.owned = true
 	return &TransactionalShareAcknowledger{
 		producer: producer,
 		md:       md,
@@ -294,18 +295,6 @@ func (a *TransactionalShareAcknowledger) Commit(ctx context.Context) error {
 	return nil
 }
 
-// endTxnUnconfirmed reports whether a failed EndTransaction(TryCommit) may
-// have committed: kgo leaves the outcome unconfirmed on anything but a
-// definitive (non-retriable) Kafka error, and UNKNOWN_SERVER_ERROR.
-// kerr.OperationNotAttempted is kgo's "commit not sent".
-func endTxnUnconfirmed(err error) bool {
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		return ke.Retriable || ke.Code == kerr.UnknownServerError.Code
-	}
-	return true
-}
-
 // Abort drops every acknowledgement, buffered or staged, without committing
 // it: the open transaction, if any, is aborted, and the records are released
 // with ReleaseForRedelivery, so the share consumer's next poll hands them
@@ -347,10 +336,9 @@ func (a *TransactionalShareAcknowledger) Close(ctx context.Context) error {
 	a.txnMu.Lock()
 	defer a.txnMu.Unlock()
 	err := a.abortAll(ctx, "close")
-	st := stateFor(a.producer)
-	st.mu.Lock()
-	st.owned = false
-	st.mu.Unlock()
+	a.producer.mu.Lock()
+	a.producer.owned = false
+	a.producer.mu.Unlock()
 	return err
 }
 
@@ -371,25 +359,6 @@ func (a *TransactionalShareAcknowledger) ready(ctx context.Context, op string) e
 			kind: a.abortKind(ctx, err)})
 	}
 	return nil
-}
-
-// settle records a terminal failure and counts what is left in the buffer.
-func (a *TransactionalShareAcknowledger) settle(te *TransactionError) *TransactionError {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	te.Kept = len(a.acks)
-	if te.kind >= kindTerminal && a.terminal == nil {
-		a.terminal = te
-	}
-	return te
-}
-
-// abortKind classifies a failed abort: never ErrRejected.
-func (a *TransactionalShareAcknowledger) abortKind(ctx context.Context, err error) errKind {
-	if k := a.classify(ctx, err, nil, false); k != kindRejected {
-		return k
-	}
-	return kindRetriable
 }
 
 // stage sends the buffered acknowledgements into the open transaction,
@@ -418,7 +387,7 @@ func (a *TransactionalShareAcknowledger) stage(ctx context.Context, op string) e
 		}
 		a.open = true
 	}
-	if err := SendShareAcknowledgementsToTransaction(ctx, a.producer, acks, a.md); err != nil {
+	if err := a.producer.SendShareAcknowledgementsToTransaction(ctx, acks, a.md); err != nil {
 		return a.fail(ctx, op, err, batch, false, false)
 	}
 	a.mu.Lock()
@@ -443,7 +412,7 @@ func (a *TransactionalShareAcknowledger) abortTxn(ctx context.Context) error {
 	// Nothing of ours is buffered (the touch record is produced
 	// synchronously), but kgo asks for this before an abort so that no
 	// record ends up in the next transaction.
-	_ = a.producer.AbortBufferedRecords(actx)
+	_ = a.producer.cl.AbortBufferedRecords(actx)
 	err := a.producer.EndTransaction(actx, kgo.TryAbort)
 	a.open, a.needAbort = false, err != nil
 	return err
@@ -468,128 +437,4 @@ func (a *TransactionalShareAcknowledger) abortAll(ctx context.Context, op string
 		return nil
 	}
 	return a.settle(&TransactionError{Op: op, Err: abortErr, kind: a.abortKind(ctx, abortErr)})
-}
-
-// fail handles a failed Flush or Commit; txnMu is held. It aborts the open
-// transaction, classifies the failure, and puts the acknowledgements back
-// into the buffer, except those the proxy refused (batch is what this call
-// was sending).
-func (a *TransactionalShareAcknowledger) fail(ctx context.Context, op string, cause error, batch []*ackEntry, maybeCommitted, beginFailed bool) error {
-	te := &TransactionError{Op: op, Err: cause, MaybeCommitted: maybeCommitted}
-	if a.open || a.needAbort {
-		te.AbortErr = a.abortTxn(ctx)
-	}
-	te.kind = a.classify(ctx, cause, te.AbortErr, beginFailed)
-
-	var refused map[topicPartition]bool
-	var pes *PartitionErrors
-	if te.kind == kindRejected && errors.As(cause, &pes) {
-		refused = make(map[topicPartition]bool)
-		for _, pe := range pes.Failed() {
-			refused[topicPartition{pe.Topic, pe.Partition}] = true
-		}
-	}
-	inBatch := make(map[*ackEntry]bool, len(batch))
-	for _, e := range batch {
-		inBatch[e] = true
-	}
-	a.mu.Lock()
-	for k, e := range a.acks {
-		if e.state == ackBuffered {
-			continue
-		}
-		if e.state == ackStaged {
-			// Staged in the transaction that just aborted: the proxy
-			// released the record upstream; its acknowledgement cannot
-			// stand for a redelivery.
-			te.Released = append(te.Released, e.r)
-			delete(a.acks, k)
-			continue
-		}
-		if inBatch[e] && refused[topicPartition{k.topic, k.partition}] {
-			te.Dropped = append(te.Dropped, e.r)
-			delete(a.acks, k)
-			continue
-		}
-		e.state = ackBuffered
-	}
-	a.mu.Unlock()
-	ReleaseForRedelivery(te.Dropped...)
-	return a.settle(te)
-}
-
-// classify decides the kind of a failure; txnMu is held, and the failed
-// transaction was aborted (or its abort failed). beginFailed is set when kgo
-// refused to begin a transaction.
-func (a *TransactionalShareAcknowledger) classify(ctx context.Context, cause, abortErr error, beginFailed bool) errKind {
-	fenced := func(errs ...error) bool {
-		for _, err := range errs {
-			if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case errors.Is(cause, kerr.ProducerFenced) || errors.Is(abortErr, kerr.ProducerFenced):
-		return kindFenced
-	case beginFailed && fenced(cause):
-		return kindFenced
-	case beginFailed:
-		return kindTerminal
-	case errors.Is(cause, ErrNotAdvertised):
-		return kindTerminal
-	}
-	for _, t := range []*kerr.Error{
-		kerr.InvalidProducerIDMapping, // from the proxy: it never saw this producer initialize
-		kerr.TransactionalIDAuthorizationFailed,
-		kerr.GroupAuthorizationFailed,
-		kerr.TopicAuthorizationFailed,
-		kerr.ClusterAuthorizationFailed,
-		kerr.UnknownMemberID, // the metadata's member: every later call fails the same
-		kerr.StaleMemberEpoch,
-	} {
-		if errors.Is(cause, t) {
-			return kindTerminal
-		}
-	}
-	// Whether the producer survived is kgo's call: INVALID_PRODUCER_EPOCH
-	// is fatal under transaction version 2 and recoverable before it
-	// (KIP-588); a zombie's EndTxn may be answered INVALID_TXN_STATE; a
-	// network error only needs the producer id reloaded. Ask it.
-	if err := a.kgoFatal(ctx); err != nil {
-		if fenced(cause, abortErr, err) {
-			return kindFenced
-		}
-		return kindTerminal
-	}
-	var pes *PartitionErrors
-	if errors.As(cause, &pes) {
-		return kindRejected
-	}
-	return kindRetriable
-}
-
-// kgoFatal asks kgo whether the producer can still run transactions, by
-// beginning one and ending it at once: with nothing produced, kgo ends it
-// locally and sends nothing (BeginTransaction itself only reloads a producer
-// id kgo already marked for reloading, as the next transaction would). It
-// returns kgo's refusal to begin; nil when it began, or when the failed
-// transaction could not be aborted and the question stays open. txnMu is
-// held.
-func (a *TransactionalShareAcknowledger) kgoFatal(ctx context.Context) error {
-	if a.needAbort {
-		if err := a.abortTxn(ctx); err != nil {
-			return nil // unknown yet; the next call finds out
-		}
-	}
-	if err := a.producer.BeginTransaction(); err != nil {
-		return err
-	}
-	actx, cancel := a.abortCtx(ctx)
-	defer cancel()
-	if err := a.producer.EndTransaction(actx, kgo.TryAbort); err != nil {
-		a.needAbort = true
-	}
-	return nil
 }

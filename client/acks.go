@@ -2,9 +2,11 @@ package client
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // AcknowledgeType is the type of a share-group acknowledgement. Inside a
@@ -43,14 +45,14 @@ type topicPartition struct {
 // share consumer (kgo.ShareGroup) to bind to a transaction with
 // SendShareAcknowledgementsToTransaction. It is not safe for concurrent use.
 type ShareAcknowledgements struct {
-	acks    map[topicPartition]map[int64]AcknowledgeType
+	acks    map[topicPartition]map[int64]int8 // offset -> AcknowledgeType
 	n       int
 	invalid []string // problems found by Add, reported by Send
 }
 
 // NewShareAcknowledgements returns an empty set of acknowledgements.
 func NewShareAcknowledgements() *ShareAcknowledgements {
-	return &ShareAcknowledgements{acks: make(map[topicPartition]map[int64]AcknowledgeType)}
+	return &ShareAcknowledgements{acks: make(map[topicPartition]map[int64]int8)}
 }
 
 // Add acknowledges r with type t. Adding the same record (topic, partition,
@@ -83,18 +85,18 @@ func ackProblem(r *kgo.Record, t AcknowledgeType) string {
 
 func (a *ShareAcknowledgements) add(topic string, partition int32, offset int64, t AcknowledgeType) {
 	if a.acks == nil {
-		a.acks = make(map[topicPartition]map[int64]AcknowledgeType)
+		a.acks = make(map[topicPartition]map[int64]int8)
 	}
 	tp := topicPartition{topic, partition}
 	m := a.acks[tp]
 	if m == nil {
-		m = make(map[int64]AcknowledgeType)
+		m = make(map[int64]int8)
 		a.acks[tp] = m
 	}
 	if _, dup := m[offset]; !dup {
 		a.n++
 	}
-	m[offset] = t
+	m[offset] = int8(t)
 }
 
 // Len returns the number of distinct records acknowledged.
@@ -115,79 +117,40 @@ func (a *ShareAcknowledgements) validate() error {
 	return fmt.Errorf("sharetx: %d invalid acknowledgements, first: %s", len(a.invalid), a.invalid[0])
 }
 
-// ackBatch is a contiguous offset range with one type for all offsets, or one
-// type per offset.
-type ackBatch struct {
-	first, last int64
-	types       []int8
-}
-
-type partitionBatches struct {
-	partition int32
-	batches   []ackBatch
-}
-
-type topicBatches struct {
-	topic      string
-	partitions []partitionBatches
-}
-
-// batches groups the acknowledgements by topic (sorted by name) and partition
-// (sorted), and each partition's offsets (sorted) into contiguous ranges.
-func (a *ShareAcknowledgements) batches() []topicBatches {
-	byTopic := make(map[string][]int32)
+// topicNames returns the acknowledged topics, sorted.
+func (a *ShareAcknowledgements) topicNames() []string {
+	seen := make(map[string]bool)
+	var names []string
 	for tp := range a.acks {
-		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
-	}
-	topics := make([]string, 0, len(byTopic))
-	for t := range byTopic {
-		topics = append(topics, t)
-	}
-	sort.Strings(topics)
-
-	out := make([]topicBatches, 0, len(topics))
-	for _, t := range topics {
-		parts := byTopic[t]
-		sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
-		tb := topicBatches{topic: t}
-		for _, p := range parts {
-			tb.partitions = append(tb.partitions, partitionBatches{
-				partition: p,
-				batches:   buildBatches(a.acks[topicPartition{t, p}]),
-			})
+		if !seen[tp.topic] {
+			seen[tp.topic] = true
+			names = append(names, tp.topic)
 		}
-		out = append(out, tb)
 	}
-	return out
+	slices.Sort(names)
+	return names
 }
 
-func buildBatches(m map[int64]AcknowledgeType) []ackBatch {
-	offsets := make([]int64, 0, len(m))
-	for o := range m {
-		offsets = append(offsets, o)
+// requestTopics returns the request's topics: those of names (sorted),
+// with their ids, each with its partitions (sorted) and their
+// acknowledgement batches (kip1289.Batches).
+func (a *ShareAcknowledgements) requestTopics(names []string, ids map[string][16]byte) []kip1289.TxnShareAcknowledgeTopic {
+	parts := make(map[string][]int32, len(names))
+	for tp := range a.acks {
+		parts[tp.topic] = append(parts[tp.topic], tp.partition)
 	}
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
-
-	var out []ackBatch
-	for i := 0; i < len(offsets); {
-		j := i + 1
-		for j < len(offsets) && offsets[j] == offsets[j-1]+1 {
-			j++
-		}
-		run := offsets[i:j]
-		types := make([]int8, len(run))
-		same := true
-		for k, o := range run {
-			types[k] = int8(m[o])
-			if types[k] != types[0] {
-				same = false
+	out := make([]kip1289.TxnShareAcknowledgeTopic, 0, len(names))
+	for _, name := range names {
+		ps := parts[name]
+		slices.Sort(ps)
+		t := kip1289.TxnShareAcknowledgeTopic{TopicID: ids[name], Partitions: make([]kip1289.TxnShareAcknowledgePartition, len(ps))}
+		for i, p := range ps {
+			t.Partitions[i] = kip1289.TxnShareAcknowledgePartition{
+				Partition:              p,
+				AcknowledgementBatches: kip1289.Batches(a.acks[topicPartition{name, p}]),
 			}
 		}
-		if same {
-			types = types[:1]
-		}
-		out = append(out, ackBatch{first: run[0], last: run[len(run)-1], types: types})
-		i = j
+		out = append(out, t)
 	}
 	return out
 }
@@ -214,10 +177,10 @@ func NewShareGroupMetadata(group string) ShareGroupMetadata {
 // with records whose SendShareAcknowledgementsToTransaction failed (nothing
 // was staged: otherwise the share consumer's next poll implicitly ACCEPTs
 // them and they are never redelivered). After the abort of a transaction
-// that staged them it is not needed (the proxy released them and absorbs the
-// consumer's acknowledgement of that delivery) but harmless. Records already
-// given a terminal ack with Record.Ack are left as they are; records not from
-// a share fetch are ignored.
+// that staged them it is not needed (the proxy released them and absorbs
+// the consumer's acknowledgement of that delivery) but harmless. Records
+// already given a terminal ack with Record.Ack are left as they are;
+// records not from a share fetch are ignored.
 func ReleaseForRedelivery(records ...*kgo.Record) {
 	for _, r := range records {
 		if r != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sharetx/sharetx/kip1289"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -13,45 +14,35 @@ func rec(topic string, partition int32, offset int64) *kgo.Record {
 	return &kgo.Record{Topic: topic, Partition: partition, Offset: offset}
 }
 
-func TestBatches(t *testing.T) {
+// TestRequestTopics: topics sorted by name with their ids, partitions
+// sorted, each partition's batches those of kip1289.Batches (which has its
+// own tests), duplicates deduplicated with the last type winning.
+func TestRequestTopics(t *testing.T) {
 	A, R := int8(Accept), int8(Reject)
+	type B = kip1289.TxnShareAcknowledgeBatch
+	type P = kip1289.TxnShareAcknowledgePartition
+	b := func(first, last int64, types ...int8) B {
+		return B{FirstOffset: first, LastOffset: last, AcknowledgeTypes: types}
+	}
+	p := func(partition int32, batches ...B) P {
+		return P{Partition: partition, AcknowledgementBatches: batches}
+	}
+	ids := map[string][16]byte{"a": {1}, "b": {2}, "t": {3}}
 	for _, tc := range []struct {
 		name string
 		add  func(a *ShareAcknowledgements)
-		want []topicBatches
+		want []kip1289.TxnShareAcknowledgeTopic
 	}{
 		{
-			name: "contiguous one type",
+			name: "runs, gaps and mixed types",
 			add: func(a *ShareAcknowledgements) {
 				for _, o := range []int64{12, 10, 11, 13} {
 					a.Add(rec("t", 0, o), Accept)
 				}
+				a.Add(rec("t", 0, 15), Accept)
+				a.Add(rec("t", 0, 16), Reject)
 			},
-			want: []topicBatches{{"t", []partitionBatches{{0, []ackBatch{{10, 13, []int8{A}}}}}}},
-		},
-		{
-			name: "gaps",
-			add: func(a *ShareAcknowledgements) {
-				for _, o := range []int64{5, 1, 2, 9, 7, 8} {
-					a.Add(rec("t", 0, o), Reject)
-				}
-			},
-			want: []topicBatches{{"t", []partitionBatches{{0, []ackBatch{
-				{1, 2, []int8{R}}, {5, 5, []int8{R}}, {7, 9, []int8{R}},
-			}}}}},
-		},
-		{
-			name: "mixed types",
-			add: func(a *ShareAcknowledgements) {
-				a.Add(rec("t", 0, 3), Accept)
-				a.Add(rec("t", 0, 4), Reject)
-				a.Add(rec("t", 0, 5), Accept)
-				a.Add(rec("t", 0, 7), Reject)
-				a.Add(rec("t", 0, 8), Reject)
-			},
-			want: []topicBatches{{"t", []partitionBatches{{0, []ackBatch{
-				{3, 5, []int8{A, R, A}}, {7, 8, []int8{R}},
-			}}}}},
+			want: []kip1289.TxnShareAcknowledgeTopic{{TopicID: ids["t"], Partitions: []P{p(0, b(10, 13, A), b(15, 16, A, R))}}},
 		},
 		{
 			name: "partitions and topics sorted",
@@ -62,9 +53,9 @@ func TestBatches(t *testing.T) {
 				a.Add(rec("a", 0, 4), Accept)
 				a.Add(rec("b", 2, 1), Accept)
 			},
-			want: []topicBatches{
-				{"a", []partitionBatches{{0, []ackBatch{{4, 4, []int8{A}}}}, {1, []ackBatch{{4, 4, []int8{A}}}}}},
-				{"b", []partitionBatches{{0, []ackBatch{{9, 9, []int8{R}}}}, {2, []ackBatch{{0, 1, []int8{A}}}}}},
+			want: []kip1289.TxnShareAcknowledgeTopic{
+				{TopicID: ids["a"], Partitions: []P{p(0, b(4, 4, A)), p(1, b(4, 4, A))}},
+				{TopicID: ids["b"], Partitions: []P{p(0, b(9, 9, R)), p(2, b(0, 1, A))}},
 			},
 		},
 		{
@@ -75,7 +66,7 @@ func TestBatches(t *testing.T) {
 				a.Add(rec("t", 0, 2), Accept)
 				a.Add(rec("t", 0, 2), Reject)
 			},
-			want: []topicBatches{{"t", []partitionBatches{{0, []ackBatch{{1, 2, []int8{A, R}}}}}}},
+			want: []kip1289.TxnShareAcknowledgeTopic{{TopicID: ids["t"], Partitions: []P{p(0, b(1, 2, A, R))}}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +75,7 @@ func TestBatches(t *testing.T) {
 			if err := a.validate(); err != nil {
 				t.Fatal(err)
 			}
-			if got := a.batches(); !reflect.DeepEqual(got, tc.want) {
+			if got := a.requestTopics(a.topicNames(), ids); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}
 		})
@@ -109,10 +100,11 @@ func TestLen(t *testing.T) {
 func TestInvalidAcksFailWithoutSending(t *testing.T) {
 	ctx := context.Background()
 	// A nil producer proves nothing is sent: validation comes first.
-	if err := SendShareAcknowledgementsToTransaction(ctx, nil, NewShareAcknowledgements(), NewShareGroupMetadata("g")); err != nil {
+	var noProducer *Producer
+	if err := noProducer.SendShareAcknowledgementsToTransaction(ctx, NewShareAcknowledgements(), NewShareGroupMetadata("g")); err != nil {
 		t.Fatalf("empty acks: %v", err)
 	}
-	if err := SendShareAcknowledgementsToTransaction(ctx, nil, nil, NewShareGroupMetadata("g")); err != nil {
+	if err := noProducer.SendShareAcknowledgementsToTransaction(ctx, nil, NewShareGroupMetadata("g")); err != nil {
 		t.Fatalf("nil acks: %v", err)
 	}
 	for name, add := range map[string]func(a *ShareAcknowledgements){
@@ -128,14 +120,14 @@ func TestInvalidAcksFailWithoutSending(t *testing.T) {
 	} {
 		a := NewShareAcknowledgements()
 		add(a)
-		err := SendShareAcknowledgementsToTransaction(ctx, nil, a, NewShareGroupMetadata("g"))
+		err := noProducer.SendShareAcknowledgementsToTransaction(ctx, a, NewShareGroupMetadata("g"))
 		if err == nil || !strings.Contains(err.Error(), "invalid acknowledgement") {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}
 	a := NewShareAcknowledgements()
 	a.Add(rec("t", 0, 1), AcknowledgeType(2))
-	if err := SendShareAcknowledgementsToTransaction(ctx, nil, a, NewShareGroupMetadata("g")); !strings.Contains(err.Error(), "RELEASE") {
+	if err := noProducer.SendShareAcknowledgementsToTransaction(ctx, a, NewShareGroupMetadata("g")); !strings.Contains(err.Error(), "RELEASE") {
 		t.Errorf("type name missing: %v", err)
 	}
 }
@@ -145,11 +137,12 @@ func TestShareGroupMetadata(t *testing.T) {
 	if md != (ShareGroupMetadata{GroupID: "g", MemberID: "", MemberEpoch: -1}) {
 		t.Fatalf("%+v", md)
 	}
-	req := buildRequest(95, "tx", md, nil, nil)
-	if req.MemberID != "" || req.MemberEpoch != -1 || req.GroupID != "g" {
+	p := &Producer{apiKey: 95, txnID: "tx"}
+	req := p.newRequest(md)
+	if req.MemberID != "" || req.MemberEpoch != -1 || req.GroupID != "g" || *req.TransactionalID != "tx" || req.Key() != 95 {
 		t.Fatalf("%+v", req)
 	}
-	req = buildRequest(95, "tx", ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 3}, nil, nil)
+	req = p.newRequest(ShareGroupMetadata{GroupID: "g", MemberID: "m", MemberEpoch: 3})
 	if req.MemberID != "m" || req.MemberEpoch != 3 {
 		t.Fatalf("%+v", req)
 	}
@@ -157,35 +150,4 @@ func TestShareGroupMetadata(t *testing.T) {
 
 func TestReleaseForRedeliveryIgnoresNonShareRecords(t *testing.T) {
 	ReleaseForRedelivery(nil, rec("t", 0, 1)) // must not panic
-}
-
-func TestTouchPartitionFor(t *testing.T) {
-	for _, tc := range []struct {
-		id   string
-		n    int32
-		want int32
-	}{
-		{"", 3, 2}, // FNV-1a("") = 0x811c9dc5
-		{"orders-worker-1", 8, 0},
-		{"txn-a", 2, 0},
-		{"txn-a", 5, 4},
-		{"txn-a", 1, 0},
-		{"txn-a", 0, 0},
-	} {
-		if got := touchPartitionFor(tc.id, tc.n); got != tc.want {
-			t.Errorf("touchPartitionFor(%q, %d) = %d, want %d", tc.id, tc.n, got, tc.want)
-		}
-	}
-	for i := 0; i < 200; i++ {
-		id := strings.Repeat("x", i)
-		for n := int32(2); n < 12; n++ {
-			p := touchPartitionFor(id, n)
-			if p != touchPartitionFor(id, n) || p < 0 || p >= n {
-				t.Fatalf("touchPartitionFor(%q, %d) = %d", id, n, p)
-			}
-			if shadow := (p - 1 + n) % n; shadow == p {
-				t.Fatalf("touch partition equals shadow partition")
-			}
-		}
-	}
 }

@@ -7,53 +7,63 @@
 //
 // # Setup
 //
-// Both the share consumer and the transactional producer connect to the
-// proxy (kgo.SeedBrokers) and are built with ClientOpts appended to their
-// options. ClientOpts adds the TxnShareAcknowledge key to kgo's version table
-// (kgo refuses to send keys it does not know) and installs a record
-// partitioner that can place the touch record (below) on an exact partition.
-// Do not pass kgo.MaxVersions or kgo.RecordPartitioner after ClientOpts; use
-// the MaxVersions and Partitioner options of this package instead.
+// The transactional producer is a Producer: NewProducer builds its kgo
+// client from your kgo options (kgo.SeedBrokers naming the proxy,
+// kgo.TransactionalID) and the sharetx settings (APIKey, ShadowTopic,
+// Partitioner, MaxVersions: options of NewProducer, not of kgo). It adds the
+// TxnShareAcknowledge key to kgo's version table (kgo refuses to send keys
+// it does not know) and installs a record partitioner that can place the
+// touch record (below) on an exact partition, so do not pass
+// kgo.RecordPartitioner, or kgo.MaxVersions without the key, in the kgo
+// options (NewProducer refuses them); use the Partitioner and MaxVersions
+// options instead. The share consumer is a plain kgo client, seeded with
+// the proxy too.
 //
 // # Consume-transform-produce
 //
-//	consumer, _ := kgo.NewClient(append([]kgo.Opt{
+// The recommended order, per poll: begin a transaction, Produce the outputs
+// asynchronously, send the acknowledgements while the outputs are in flight
+// (SendShareAcknowledgementsToTransaction: no touch record is needed, and
+// the proxy's shadow write overlaps the produce), Flush, commit
+// (EndTransaction); on any failure abort and release the records.
+//
+//	consumer, _ := kgo.NewClient(
 //		kgo.SeedBrokers("sharetx:9092"),
 //		kgo.ShareGroup("orders-workers"),
 //		kgo.ConsumeTopics("orders"),
-//	}, client.ClientOpts()...)...)
-//	producer, _ := kgo.NewClient(append([]kgo.Opt{
+//	)
+//	producer, _ := client.NewProducer([]kgo.Opt{
 //		kgo.SeedBrokers("sharetx:9092"),
 //		kgo.TransactionalID("orders-worker-1"),
-//	}, client.ClientOpts()...)...)
+//	})
 //	md := client.NewShareGroupMetadata("orders-workers")
 //
 //	for {
-//		fetches := consumer.PollRecords(ctx, 100)
-//		records := fetches.Records()
+//		records := consumer.PollRecords(ctx, 100).Records()
 //		if len(records) == 0 {
 //			continue
 //		}
 //		if err := producer.BeginTransaction(); err != nil {
 //			return err
 //		}
+//		var outputs kgo.FirstErrPromise
 //		acks := client.NewShareAcknowledgements()
-//		err := func() error {
-//			var outs []*kgo.Record
-//			for _, r := range records {
-//				out, err := process(r)
-//				if err != nil {
-//					acks.Add(r, client.Reject) // poison record: archived on commit
-//					continue
-//				}
-//				outs = append(outs, out)
-//				acks.Add(r, client.Accept)
+//		for _, r := range records {
+//			out, err := process(r)
+//			if err != nil {
+//				acks.Add(r, client.Reject) // poison record: archived on commit
+//				continue
 //			}
-//			if err := producer.ProduceSync(ctx, outs...).FirstErr(); err != nil {
-//				return err
-//			}
-//			return client.SendShareAcknowledgementsToTransaction(ctx, producer, acks, md)
-//		}()
+//			producer.Produce(ctx, out, outputs.Promise())
+//			acks.Add(r, client.Accept)
+//		}
+//		err := producer.SendShareAcknowledgementsToTransaction(ctx, acks, md)
+//		if ferr := producer.Flush(ctx); err == nil {
+//			err = ferr
+//		}
+//		if err == nil {
+//			err = outputs.Err() // the first output that failed, if any
+//		}
 //		if err == nil {
 //			err = producer.EndTransaction(ctx, kgo.TryCommit)
 //		}
@@ -97,13 +107,14 @@
 // An application whose effects live outside Kafka (a stream processor that
 // checkpoints its state, a consumer that writes to a database) has no
 // transaction of its own to bind acknowledgements to.
-// TransactionalShareAcknowledger runs one for it, on a transactional producer
-// dedicated to it:
+// TransactionalShareAcknowledger runs one for it, on a Producer dedicated to
+// it:
 //
-//	producer, _ := kgo.NewClient(append([]kgo.Opt{
+//	producer, _ := client.NewProducer([]kgo.Opt{
 //		kgo.SeedBrokers("sharetx:9092"),
 //		kgo.TransactionalID("orders-checkpointer-1"),
-//	}, client.ClientOpts()...)...)
+//	})
+//	defer producer.Close()
 //	acker, err := client.NewTransactionalShareAcknowledger(producer, client.NewShareGroupMetadata("orders-workers"))
 //	if err != nil {
 //		return err
@@ -190,8 +201,8 @@
 // Transactions are told apart by producer id and epoch, which change on every
 // EndTxn under transaction version 2; without transaction version 2 every
 // call touches. A transaction that already produced a record successfully
-// (ClientOpts installs a produce hook that notes it), or has records
-// buffered or in flight when the acknowledgements are sent, needs no touch.
+// (the Producer's produce hook notes it), or has records buffered or in
+// flight when the acknowledgements are sent, needs no touch.
 // In the usual consume-transform-produce loop, Produce the outputs
 // asynchronously, send the acknowledgements while they are in flight, then
 // Flush and EndTransaction: the proxy's shadow write overlaps the produce

@@ -32,11 +32,11 @@ func TestReleaseForRedeliveryOnShareRecords(t *testing.T) {
 		}
 	}
 
-	cons, err := kgo.NewClient(append([]kgo.Opt{
+	cons, err := kgo.NewClient(
 		kgo.SeedBrokers(c.ListenAddrs()...),
 		kgo.ShareGroup(group),
 		kgo.ConsumeTopics("in"),
-	}, ClientOpts()...)...)
+	)
 	if err != nil {
 		t.Fatal(err)
 	}

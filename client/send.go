@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
-	"time"
-	"weak"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,50 +15,11 @@ import (
 	"github.com/sharetx/sharetx/kip1289"
 )
 
-const (
-	// TouchValue and TouchHeader mark the touch record a transaction's
-	// first SendShareAcknowledgementsToTransaction produces to the shadow
-	// topic; the proxy ignores such records.
-	TouchValue  = "sharetx-touch"
-	TouchHeader = "sharetx" // header value "touch"
-
-	shadowCacheTTL   = time.Minute
-	shadowWaitMax    = 10 * time.Second
-	shadowWaitBackof = 200 * time.Millisecond
-)
-
-// clientState is what the package remembers per kgo.Client.
-type clientState struct {
-	mu       sync.Mutex
-	checked  bool // the cluster advertises the key
-	tv2      bool // transaction version 2 is in use
-	topicIDs map[string][16]byte
-	shadowN  int32
-	shadowAt time.Time
-	owned    bool       // a TransactionalShareAcknowledger owns the client's transactions
-	touchMu  sync.Mutex // serializes touches
-}
-
-var states sync.Map // weak.Pointer[kgo.Client] -> *clientState
-
-func stateFor(cl *kgo.Client) *clientState {
-	wp := weak.Make(cl)
-	if v, ok := states.Load(wp); ok {
-		return v.(*clientState)
-	}
-	v, loaded := states.LoadOrStore(wp, &clientState{topicIDs: make(map[string][16]byte)})
-	if !loaded {
-		runtime.AddCleanup(cl, func(wp weak.Pointer[kgo.Client]) { states.Delete(wp) }, wp)
-	}
-	return v.(*clientState)
-}
-
-// SendShareAcknowledgementsToTransaction binds acks to producer's current
-// transaction: the proxy stages them and applies them to the share group iff
-// the transaction commits. producer must be transactional, built with
-// ClientOpts, connected through sharetx, and inside a transaction
-// (BeginTransaction). md names the share group of the consumer that polled
-// the records.
+// SendShareAcknowledgementsToTransaction binds acks to the producer's
+// current transaction: the proxy stages them and applies them to the share
+// group iff the transaction commits. The producer must be inside a
+// transaction (BeginTransaction). md names the share group of the consumer
+// that polled the records.
 //
 // Empty acks are a no-op. Invalid acks (types other than Accept / Reject,
 // records without topic) fail without sending anything.
@@ -76,7 +33,7 @@ func stateFor(cl *kgo.Client) *clientState {
 // write overlaps the produce. On a *PartitionErrors error nothing of this
 // call was staged. On any error the application should normally abort the
 // transaction and call ReleaseForRedelivery.
-func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.Client, acks *ShareAcknowledgements, md ShareGroupMetadata) error {
+func (p *Producer) SendShareAcknowledgementsToTransaction(ctx context.Context, acks *ShareAcknowledgements, md ShareGroupMetadata) error {
 	if acks == nil {
 		return nil
 	}
@@ -86,22 +43,15 @@ func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.C
 	if acks.Len() == 0 {
 		return nil
 	}
-	txnID, cfg, err := checkProducer(producer, md)
-	if err != nil {
+	if err := checkProducer(p, md); err != nil {
+		return err
+	}
+	if err := p.checkAdvertised(ctx); err != nil {
 		return err
 	}
 
-	st := stateFor(producer)
-	if err := st.checkAdvertised(ctx, producer, cfg.apiKey); err != nil {
-		return err
-	}
-
-	tbs := acks.batches()
-	names := make([]string, len(tbs))
-	for i, tb := range tbs {
-		names[i] = tb.topic
-	}
-	ids, err := st.resolveTopicIDs(ctx, producer, names)
+	names := acks.topicNames()
+	ids, err := p.resolveTopicIDs(ctx, names)
 	if err != nil {
 		return err
 	}
@@ -110,15 +60,16 @@ func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.C
 		byID[id] = n
 	}
 
-	req := buildRequest(cfg.apiKey, txnID, md, tbs, ids)
+	req := p.newRequest(md)
+	req.Topics = acks.requestTopics(names, ids)
 
-	pid, epoch, err := st.ensureTouched(ctx, producer, cfg, txnID)
+	pid, epoch, err := p.ensureTouched(ctx)
 	if err != nil {
 		return err
 	}
 	req.ProducerID, req.ProducerEpoch = pid, epoch
 
-	kresp, err := producer.Request(ctx, req)
+	kresp, err := p.cl.Request(ctx, req)
 	if err != nil {
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", err)
 	}
@@ -126,60 +77,35 @@ func SendShareAcknowledgementsToTransaction(ctx context.Context, producer *kgo.C
 	if !ok {
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: unexpected response type %T", kresp)
 	}
-	return st.mapResponse(resp, byID)
+	return p.mapResponse(resp, byID)
 }
 
-// checkProducer checks that producer can bind acknowledgements to its
-// transactions through sharetx (without asking the cluster) and returns its
-// transactional id and sharetx configuration.
-func checkProducer(producer *kgo.Client, md ShareGroupMetadata) (string, *config, error) {
-	if producer == nil {
-		return "", nil, errors.New("sharetx: nil producer")
+// checkProducer checks, without asking the cluster, that p can bind
+// acknowledgements of md's group to its transactions.
+func checkProducer(p *Producer, md ShareGroupMetadata) error {
+	if p == nil {
+		return errors.New("sharetx: nil producer")
 	}
 	if md.GroupID == "" {
-		return "", nil, errors.New("sharetx: ShareGroupMetadata has no GroupID")
+		return errors.New("sharetx: ShareGroupMetadata has no GroupID")
 	}
-	txnID, _ := producer.OptValue(kgo.TransactionalID).(string)
-	if txnID == "" {
-		return "", nil, errors.New("sharetx: the producer is not transactional (kgo.TransactionalID)")
-	}
-	cfg := configOf(producer)
-	if cfg == nil {
-		return "", nil, errors.New("sharetx: the producer was not built with client.ClientOpts (or kgo.RecordPartitioner was set after them; use client.Partitioner)")
-	}
-	if vs, _ := producer.OptValue(kgo.MaxVersions).(*kversion.Versions); vs != nil && !vs.HasKey(cfg.apiKey) {
-		return "", nil, fmt.Errorf("sharetx: the producer's version table lacks TxnShareAcknowledge (key %d): kgo.MaxVersions was set after client.ClientOpts; use client.MaxVersions", cfg.apiKey)
-	}
-	return txnID, cfg, nil
+	return nil
 }
 
-func buildRequest(key int16, txnID string, md ShareGroupMetadata, tbs []topicBatches, ids map[string][16]byte) *kip1289.TxnShareAcknowledgeRequest {
-	req := &kip1289.TxnShareAcknowledgeRequest{
-		APIKey:          key,
+// newRequest is the request of the producer's transactional id and md's
+// member, without topics and producer id.
+func (p *Producer) newRequest(md ShareGroupMetadata) *kip1289.TxnShareAcknowledgeRequest {
+	txnID := p.txnID
+	return &kip1289.TxnShareAcknowledgeRequest{
+		APIKey:          p.apiKey,
 		TransactionalID: &txnID,
 		GroupID:         md.GroupID,
 		MemberID:        md.MemberID,
 		MemberEpoch:     md.MemberEpoch,
 	}
-	for _, tb := range tbs {
-		t := kip1289.TxnShareAcknowledgeTopic{TopicID: ids[tb.topic]}
-		for _, pb := range tb.partitions {
-			p := kip1289.TxnShareAcknowledgePartition{Partition: pb.partition}
-			for _, b := range pb.batches {
-				p.AcknowledgementBatches = append(p.AcknowledgementBatches, kip1289.TxnShareAcknowledgeBatch{
-					FirstOffset:      b.first,
-					LastOffset:       b.last,
-					AcknowledgeTypes: b.types,
-				})
-			}
-			t.Partitions = append(t.Partitions, p)
-		}
-		req.Topics = append(req.Topics, t)
-	}
-	return req
 }
 
-func (s *clientState) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byID map[[16]byte]string) error {
+func (p *Producer) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byID map[[16]byte]string) error {
 	var pes PartitionErrors
 	mixed := false // partitions that answer other than the top-level code
 	for _, t := range resp.Topics {
@@ -187,19 +113,19 @@ func (s *clientState) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byI
 		if !ok {
 			name = fmt.Sprintf("topic-id-%x", t.TopicID)
 		}
-		for _, p := range t.Partitions {
-			if p.ErrorCode != resp.ErrorCode {
+		for _, part := range t.Partitions {
+			if part.ErrorCode != resp.ErrorCode {
 				mixed = true
 			}
-			if p.ErrorCode == 0 {
+			if part.ErrorCode == 0 {
 				continue
 			}
-			pe := PartitionError{Topic: name, TopicID: t.TopicID, Partition: p.Partition, Err: kerr.ErrorForCode(p.ErrorCode)}
-			if p.ErrorMessage != nil {
-				pe.Message = *p.ErrorMessage
+			pe := PartitionError{Topic: name, TopicID: t.TopicID, Partition: part.Partition, Err: kerr.ErrorForCode(part.ErrorCode)}
+			if part.ErrorMessage != nil {
+				pe.Message = *part.ErrorMessage
 			}
 			if errors.Is(pe.Err, kerr.UnknownTopicID) {
-				s.forgetTopic(name) // recreated topic: look the id up again next time
+				p.forgetTopic(name) // recreated topic: look the id up again next time
 			}
 			pes.Errors = append(pes.Errors, pe)
 		}
@@ -225,16 +151,16 @@ func (s *clientState) mapResponse(resp *kip1289.TxnShareAcknowledgeResponse, byI
 	return nil
 }
 
-// checkAdvertised asks the cluster (once per client, until it succeeds)
+// checkAdvertised asks the cluster (once per producer, until it succeeds)
 // whether it advertises the TxnShareAcknowledge key; only sharetx does.
-func (s *clientState) checkAdvertised(ctx context.Context, cl *kgo.Client, key int16) error {
-	s.mu.Lock()
-	ok := s.checked
-	s.mu.Unlock()
+func (p *Producer) checkAdvertised(ctx context.Context) error {
+	p.mu.Lock()
+	ok := p.checked
+	p.mu.Unlock()
 	if ok {
 		return nil
 	}
-	kresp, err := cl.Request(ctx, kmsg.NewPtrApiVersionsRequest())
+	kresp, err := p.cl.Request(ctx, kmsg.NewPtrApiVersionsRequest())
 	if err != nil {
 		return fmt.Errorf("sharetx: ApiVersions: %w", err)
 	}
@@ -242,13 +168,13 @@ func (s *clientState) checkAdvertised(ctx context.Context, cl *kgo.Client, key i
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
 		return fmt.Errorf("sharetx: ApiVersions: %w", err)
 	}
-	if !advertises(resp, key) {
-		return &errNotAdvertised{key: key}
+	if !advertises(resp, p.apiKey) {
+		return &errNotAdvertised{key: p.apiKey}
 	}
-	tv2 := usesTV2(resp, cl)
-	s.mu.Lock()
-	s.checked, s.tv2 = true, tv2
-	s.mu.Unlock()
+	tv2 := usesTV2(resp, p.cl)
+	p.mu.Lock()
+	p.checked, p.tv2 = true, tv2
+	p.mu.Unlock()
 	return nil
 }
 
@@ -284,30 +210,30 @@ func usesTV2(resp *kmsg.ApiVersionsResponse, cl *kgo.Client) bool {
 	return true
 }
 
-// resolveTopicIDs maps topic names to ids from the per-client cache; a miss
+// resolveTopicIDs maps topic names to ids from the producer's cache; a miss
 // refreshes the missing topics once with a metadata request.
-func (s *clientState) resolveTopicIDs(ctx context.Context, cl *kgo.Client, topics []string) (map[string][16]byte, error) {
+func (p *Producer) resolveTopicIDs(ctx context.Context, topics []string) (map[string][16]byte, error) {
 	out := make(map[string][16]byte, len(topics))
 	var missing []string
-	s.mu.Lock()
+	p.mu.Lock()
 	for _, t := range topics {
-		if id, ok := s.topicIDs[t]; ok {
+		if id, ok := p.topicIDs[t]; ok {
 			out[t] = id
 		} else {
 			missing = append(missing, t)
 		}
 	}
-	s.mu.Unlock()
+	p.mu.Unlock()
 	if len(missing) == 0 {
 		return out, nil
 	}
 
-	resp, err := requestMetadata(ctx, cl, missing)
+	resp, err := requestMetadata(ctx, p.cl, missing)
 	if err != nil {
 		return nil, err
 	}
 	problems := make(map[string]string)
-	s.mu.Lock()
+	p.mu.Lock()
 	for _, t := range resp.Topics {
 		if t.Topic == nil {
 			continue
@@ -318,17 +244,17 @@ func (s *clientState) resolveTopicIDs(ctx context.Context, cl *kgo.Client, topic
 		case t.TopicID == [16]byte{}:
 			problems[*t.Topic] = "the cluster returned no topic id"
 		default:
-			s.topicIDs[*t.Topic] = t.TopicID
+			p.topicIDs[*t.Topic] = t.TopicID
 		}
 	}
 	for _, t := range missing {
-		if id, ok := s.topicIDs[t]; ok {
+		if id, ok := p.topicIDs[t]; ok {
 			out[t] = id
 		} else if _, ok := problems[t]; !ok {
 			problems[t] = "not in the metadata response"
 		}
 	}
-	s.mu.Unlock()
+	p.mu.Unlock()
 	if len(problems) > 0 {
 		list := make([]string, 0, len(problems))
 		for t, p := range problems {
@@ -340,10 +266,10 @@ func (s *clientState) resolveTopicIDs(ctx context.Context, cl *kgo.Client, topic
 	return out, nil
 }
 
-func (s *clientState) forgetTopic(topic string) {
-	s.mu.Lock()
-	delete(s.topicIDs, topic)
-	s.mu.Unlock()
+func (p *Producer) forgetTopic(topic string) {
+	p.mu.Lock()
+	delete(p.topicIDs, topic)
+	p.mu.Unlock()
 }
 
 func requestMetadata(ctx context.Context, cl *kgo.Client, topics []string) (*kmsg.MetadataResponse, error) {
@@ -358,103 +284,4 @@ func requestMetadata(ctx context.Context, cl *kgo.Client, topics []string) (*kms
 		return nil, fmt.Errorf("sharetx: metadata: %w", err)
 	}
 	return resp, nil
-}
-
-// shadowPartitions returns the partition count of the shadow topic, waiting
-// briefly for the proxy to create it.
-func (s *clientState) shadowPartitions(ctx context.Context, cl *kgo.Client, topic string) (int32, error) {
-	s.mu.Lock()
-	n, at := s.shadowN, s.shadowAt
-	s.mu.Unlock()
-	if n > 0 && time.Since(at) < shadowCacheTTL {
-		return n, nil
-	}
-	deadline := time.Now().Add(shadowWaitMax)
-	for {
-		resp, err := requestMetadata(ctx, cl, []string{topic})
-		if err != nil {
-			return 0, err
-		}
-		var lastErr error = fmt.Errorf("sharetx: shadow topic %q is missing from metadata", topic)
-		for _, t := range resp.Topics {
-			if t.Topic == nil || *t.Topic != topic {
-				continue
-			}
-			if t.ErrorCode != 0 {
-				lastErr = fmt.Errorf("sharetx: shadow topic %q: %w", topic, kerr.ErrorForCode(t.ErrorCode))
-				break
-			}
-			if len(t.Partitions) == 0 {
-				break
-			}
-			n := int32(len(t.Partitions))
-			s.mu.Lock()
-			s.shadowN, s.shadowAt = n, time.Now()
-			s.mu.Unlock()
-			return n, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, lastErr
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("%w (%w)", lastErr, ctx.Err())
-		case <-time.After(shadowWaitBackof):
-		}
-	}
-}
-
-// ensureTouched makes sure the producer's current transaction contains a
-// record, so that kgo's EndTransaction really sends EndTxn (kgo skips EndTxn
-// when nothing was produced). Under transaction version 2 a transaction that
-// already produced a record successfully needs nothing more; otherwise it
-// produces one touch record per transaction. It returns the producer id and
-// epoch to stage the acknowledgements with.
-func (s *clientState) ensureTouched(ctx context.Context, cl *kgo.Client, cfg *config, txnID string) (int64, int16, error) {
-	s.touchMu.Lock()
-	defer s.touchMu.Unlock()
-
-	pid, epoch, err := cl.ProducerID(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("sharetx: producer id: %w", err)
-	}
-	s.mu.Lock()
-	tv2 := s.tv2
-	s.mu.Unlock()
-	// A record produced in this transaction (the touch record included), or
-	// records buffered or in flight now: those belong to this transaction
-	// (kgo refuses produces outside one, and EndTransaction must follow a
-	// Flush); once one succeeds kgo sends EndTxn; if all fail, kgo aborts
-	// (TV2), and the staged acks with it.
-	done := tv2 && (cfg.producedIn(pid, epoch) || cl.BufferedProduceRecords() > 0)
-	if done {
-		return pid, epoch, nil
-	}
-
-	n, err := s.shadowPartitions(ctx, cl, cfg.shadowTopic)
-	if err != nil {
-		return 0, 0, err
-	}
-	if n < 2 {
-		return 0, 0, fmt.Errorf("sharetx: shadow topic %q has %d partition(s); it needs at least 2 so the touch record never shares a partition with the proxy's shadow records", cfg.shadowTopic, n)
-	}
-	p := touchPartitionFor(txnID, n)
-	r := &kgo.Record{
-		Topic:     cfg.shadowTopic,
-		Partition: p,
-		Value:     []byte(TouchValue),
-		Headers:   []kgo.RecordHeader{{Key: TouchHeader, Value: []byte("touch")}},
-	}
-	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		return 0, 0, fmt.Errorf("sharetx: producing the transaction's touch record to %s[%d] (is the producer in a transaction?): %w", cfg.shadowTopic, p, err)
-	}
-	if r.Partition != p {
-		return 0, 0, fmt.Errorf("sharetx: the touch record landed on %s[%d] instead of partition %d: the client's partitioner was replaced", cfg.shadowTopic, r.Partition, p)
-	}
-	// The produce hook noted the touch: later calls of this transaction
-	// find producedIn(pid, epoch).
-	if pid, epoch, err = cl.ProducerID(ctx); err != nil {
-		return 0, 0, fmt.Errorf("sharetx: producer id: %w", err)
-	}
-	return pid, epoch, nil
 }

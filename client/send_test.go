@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/sharetx/sharetx/kip1289"
 )
@@ -25,7 +24,7 @@ func newCluster(t *testing.T, shadowPartitions int32) *kfake.Cluster {
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(2, "in"),
 		kfake.SeedTopics(3, "in2"),
-		kfake.SeedTopics(shadowPartitions, DefaultShadowTopic),
+		kfake.SeedTopics(shadowPartitions, defaultShadowTopic),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -34,20 +33,19 @@ func newCluster(t *testing.T, shadowPartitions int32) *kfake.Cluster {
 	return c
 }
 
-func newProducer(t *testing.T, c *kfake.Cluster, f *fakeSharetx, extra ...kgo.Opt) *kgo.Client {
+func newProducer(t *testing.T, c *kfake.Cluster, f *fakeSharetx, extra ...kgo.Opt) *Producer {
 	t.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(testTxnID)}
 	if f != nil {
 		opts = append(opts, kgo.Dialer(f.dial))
 	}
 	opts = append(opts, extra...)
-	opts = append(opts, ClientOpts()...)
-	cl, err := kgo.NewClient(opts...)
+	p, err := NewProducer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
-	return cl
+	t.Cleanup(p.Close)
+	return p
 }
 
 func someAcks() *ShareAcknowledgements {
@@ -59,9 +57,9 @@ func someAcks() *ShareAcknowledgements {
 	return a
 }
 
-func topicIDs(t *testing.T, cl *kgo.Client, topics ...string) map[string][16]byte {
+func topicIDs(t *testing.T, p *Producer, topics ...string) map[string][16]byte {
 	t.Helper()
-	resp, err := requestMetadata(context.Background(), cl, topics)
+	resp, err := requestMetadata(context.Background(), p.Client(), topics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +75,7 @@ func touches(t *testing.T, c *kfake.Cluster) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(c.ListenAddrs()...),
-		kgo.ConsumeTopics(DefaultShadowTopic),
+		kgo.ConsumeTopics(defaultShadowTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)
@@ -108,7 +106,7 @@ func TestNotAdvertised(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	err := SendShareAcknowledgementsToTransaction(context.Background(), cl, someAcks(), NewShareGroupMetadata("g"))
+	err := cl.SendShareAcknowledgementsToTransaction(context.Background(), someAcks(), NewShareGroupMetadata("g"))
 	if !errors.Is(err, ErrNotAdvertised) || !strings.Contains(err.Error(), "connect through sharetx: the cluster does not advertise TxnShareAcknowledge (key 95)") {
 		t.Fatalf("err = %v", err)
 	}
@@ -123,50 +121,16 @@ func TestNotAdvertised(t *testing.T) {
 	}
 }
 
-func TestRequiresTransactionalClientOpts(t *testing.T) {
+func TestSendRequiresGroup(t *testing.T) {
 	c := newCluster(t, 3)
-	ctx := context.Background()
-	md := NewShareGroupMetadata("g")
-
-	notTxn, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, ClientOpts()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer notTxn.Close()
-	if err := SendShareAcknowledgementsToTransaction(ctx, notTxn, someAcks(), md); err == nil || !strings.Contains(err.Error(), "not transactional") {
-		t.Fatalf("non-transactional: %v", err)
-	}
-
-	plain, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	if err := SendShareAcknowledgementsToTransaction(ctx, plain, someAcks(), md); err == nil || !strings.Contains(err.Error(), "ClientOpts") {
-		t.Fatalf("without ClientOpts: %v", err)
-	}
-
 	f := &fakeSharetx{key: 95}
-	noKey := newProducer(t, c, f, kgo.TransactionalID("nokey"))
-	noKey, err = kgo.NewClient(append(noKey.Opts(), kgo.MaxVersions(kversion.Stable()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer noKey.Close()
-	if err := SendShareAcknowledgementsToTransaction(ctx, noKey, someAcks(), md); err == nil || !strings.Contains(err.Error(), "lacks TxnShareAcknowledge (key 95)") {
-		t.Fatalf("kgo.MaxVersions after ClientOpts: %v", err)
-	}
-	noPart, err := kgo.NewClient(append(noKey.Opts(), append(ClientOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer noPart.Close()
-	if err := SendShareAcknowledgementsToTransaction(ctx, noPart, someAcks(), md); err == nil || !strings.Contains(err.Error(), "client.Partitioner") {
-		t.Fatalf("kgo.RecordPartitioner after ClientOpts: %v", err)
-	}
-
-	if err := SendShareAcknowledgementsToTransaction(ctx, newProducer(t, c, f), someAcks(), ShareGroupMetadata{}); err == nil || !strings.Contains(err.Error(), "GroupID") {
+	ctx := context.Background()
+	if err := newProducer(t, c, f).SendShareAcknowledgementsToTransaction(ctx, someAcks(), ShareGroupMetadata{}); err == nil || !strings.Contains(err.Error(), "GroupID") {
 		t.Fatalf("no group: %v", err)
+	}
+	var nilProducer *Producer
+	if err := nilProducer.SendShareAcknowledgementsToTransaction(ctx, someAcks(), NewShareGroupMetadata("g")); err == nil || !strings.Contains(err.Error(), "nil producer") {
+		t.Fatalf("nil producer: %v", err)
 	}
 	if len(f.requests()) != 0 {
 		t.Fatal("sent")
@@ -182,7 +146,7 @@ func TestSendThroughFakeProxy(t *testing.T) {
 	md := ShareGroupMetadata{GroupID: "g", MemberID: "m1", MemberEpoch: 4}
 
 	// Not in a transaction: the touch fails, nothing is staged.
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
 		t.Fatalf("outside a transaction: %v", err)
 	}
 	if len(f.requests()) != 0 {
@@ -193,15 +157,15 @@ func TestSendThroughFakeProxy(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md); err != nil {
 		t.Fatal(err)
 	}
 	a2 := NewShareAcknowledgements()
 	a2.Add(rec("in", 0, 4), Accept)
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, a2, md); err != nil {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, a2, md); err != nil {
 		t.Fatal(err)
 	}
-	pid, epoch, err := cl.ProducerID(ctx)
+	pid, epoch, err := cl.Client().ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,29 +199,29 @@ func TestSendThroughFakeProxy(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, a2, md); err != nil {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, a2, md); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.requests()) != 3 || f.requests()[2].ProducerEpoch == epoch && stateFor(cl).tv2 {
+	if len(f.requests()) != 3 || f.requests()[2].ProducerEpoch == epoch && cl.tv2 {
 		t.Fatalf("third request: %+v", f.requests())
 	}
 
-	if !stateFor(cl).tv2 {
+	if !cl.tv2 {
 		t.Log("kfake did not negotiate transaction version 2; every call touches")
 	}
 	recs := touches(t, c)
 	wantTouches := 2
-	if !stateFor(cl).tv2 {
+	if !cl.tv2 {
 		wantTouches = 3 // every call touches without transaction version 2
 	}
 	if len(recs) != wantTouches {
 		t.Fatalf("%d committed touch records, want %d", len(recs), wantTouches)
 	}
 	for _, r := range recs {
-		if r.Partition != touchPartitionFor(testTxnID, 3) || string(r.Value) != TouchValue ||
+		if r.Partition != kip1289.TouchPartition(testTxnID, 3) || string(r.Value) != "sharetx-touch" ||
 			len(r.Headers) != 1 || r.Headers[0].Key != "sharetx" || string(r.Headers[0].Value) != "touch" {
 			t.Fatalf("touch record %+v", r)
 		}
@@ -311,7 +275,7 @@ func TestSendErrors(t *testing.T) {
 	f.setAnswer(func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
 		return topLevelError(kerr.InvalidTxnState.Code, msg)
 	})
-	err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md)
+	err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md)
 	if !errors.Is(err, kerr.InvalidTxnState) || !strings.Contains(err.Error(), msg) {
 		t.Fatalf("top level: %v", err)
 	}
@@ -336,7 +300,7 @@ func TestSendErrors(t *testing.T) {
 		}
 		return resp
 	})
-	err = SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md)
+	err = cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md)
 	var pes *PartitionErrors
 	if !errors.As(err, &pes) {
 		t.Fatalf("partition errors: %v", err)
@@ -361,11 +325,10 @@ func TestSendErrors(t *testing.T) {
 			t.Errorf("message lacks %q: %v", s, err)
 		}
 	}
-	st := stateFor(cl)
-	st.mu.Lock()
-	_, cachedIn := st.topicIDs["in"]
-	_, cachedIn2 := st.topicIDs["in2"]
-	st.mu.Unlock()
+	cl.mu.Lock()
+	_, cachedIn := cl.topicIDs["in"]
+	_, cachedIn2 := cl.topicIDs["in2"]
+	cl.mu.Unlock()
 	if !cachedIn || cachedIn2 {
 		t.Fatalf("UNKNOWN_TOPIC_ID must drop only in2 from the cache (in %v, in2 %v)", cachedIn, cachedIn2)
 	}
@@ -381,7 +344,7 @@ func TestUnknownTopic(t *testing.T) {
 	defer cl.EndTransaction(context.Background(), kgo.TryAbort)
 	a := someAcks()
 	a.Add(rec("nope", 0, 1), Accept)
-	err := SendShareAcknowledgementsToTransaction(context.Background(), cl, a, NewShareGroupMetadata("g"))
+	err := cl.SendShareAcknowledgementsToTransaction(context.Background(), a, NewShareGroupMetadata("g"))
 	if err == nil || !strings.Contains(err.Error(), "nope: UNKNOWN_TOPIC_OR_PARTITION") {
 		t.Fatalf("err = %v", err)
 	}
@@ -398,7 +361,7 @@ func TestShadowTopicTooSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.EndTransaction(context.Background(), kgo.TryAbort)
-	err := SendShareAcknowledgementsToTransaction(context.Background(), cl, someAcks(), NewShareGroupMetadata("g"))
+	err := cl.SendShareAcknowledgementsToTransaction(context.Background(), someAcks(), NewShareGroupMetadata("g"))
 	if err == nil || !strings.Contains(err.Error(), "at least 2") {
 		t.Fatalf("err = %v", err)
 	}
@@ -421,7 +384,7 @@ func TestShadowTopicMissing(t *testing.T) {
 	defer cl.EndTransaction(context.Background(), kgo.TryAbort)
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
-	err = SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), NewShareGroupMetadata("g"))
+	err = cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), NewShareGroupMetadata("g"))
 	if err == nil || !strings.Contains(err.Error(), `shadow topic "__sharetx_shadow"`) {
 		t.Fatalf("err = %v", err)
 	}
@@ -447,10 +410,10 @@ func TestNoTouchAfterProduce(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "in2", Value: []byte("out")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md); err != nil {
 		t.Fatal(err)
 	}
-	pid, epoch, err := cl.ProducerID(ctx)
+	pid, epoch, err := cl.Client().ProducerID(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,11 +423,11 @@ func TestNoTouchAfterProduce(t *testing.T) {
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
-	tv2 := stateFor(cl).tv2
+	tv2 := cl.tv2
 	if n, want := len(touches(t, c)), map[bool]int{true: 0, false: 1}[tv2]; n != want {
 		t.Fatalf("%d touch records after a transaction that produced (tv2=%v), want %d", n, tv2, want)
 	}
-	if _, epoch2, _ := cl.ProducerID(ctx); tv2 && epoch2 == epoch {
+	if _, epoch2, _ := cl.Client().ProducerID(ctx); tv2 && epoch2 == epoch {
 		t.Fatal("the commit did not bump the epoch: EndTxn was not sent")
 	}
 
@@ -472,7 +435,7 @@ func TestNoTouchAfterProduce(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
@@ -495,7 +458,7 @@ func TestNoTouchAfterProduce(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	cl.Produce(ctx, &kgo.Record{Topic: "in2", Value: []byte("out2")}, func(_ *kgo.Record, err error) { done <- err })
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err != nil {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -510,7 +473,7 @@ func TestNoTouchAfterProduce(t *testing.T) {
 	}
 	// Outside a transaction the produced record of the last committed one
 	// does not count: the touch fails and nothing is staged.
-	if err := SendShareAcknowledgementsToTransaction(ctx, cl, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
+	if err := cl.SendShareAcknowledgementsToTransaction(ctx, someAcks(), md); err == nil || !strings.Contains(err.Error(), "in a transaction") {
 		t.Fatalf("outside a transaction: %v", err)
 	}
 	if len(f.requests()) != 3 {

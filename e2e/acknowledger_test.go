@@ -52,15 +52,15 @@ func (c *requestCounter) txnRequests() map[string]int {
 
 // acknowledgerProducer is a transactional producer through the setup's
 // proxy, for a TransactionalShareAcknowledger; reqs counts what it sends.
-func (s *kipSetup) acknowledgerProducer(t *testing.T, txnID string, reqs *requestCounter) *kgo.Client {
+func (s *kipSetup) acknowledgerProducer(t *testing.T, txnID string, reqs *requestCounter) *client.Producer {
 	opts := []kgo.Opt{kgo.TransactionalID(txnID)}
 	if reqs != nil {
 		opts = append(opts, kgo.WithHooks(reqs))
 	}
-	return s.p.NewClient(t, s.rec, append(opts, client.ClientOpts()...)...)
+	return newProducer(t, s.p, s.rec, opts...)
 }
 
-func newAcknowledger(t *testing.T, producer *kgo.Client, md client.ShareGroupMetadata) *client.TransactionalShareAcknowledger {
+func newAcknowledger(t *testing.T, producer *client.Producer, md client.ShareGroupMetadata) *client.TransactionalShareAcknowledger {
 	t.Helper()
 	a, err := client.NewTransactionalShareAcknowledger(producer, md)
 	if err != nil {
@@ -285,7 +285,7 @@ func TestAcknowledgerFailedCommitRetried(t *testing.T) {
 		if err := s.producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acksOf([]*kgo.Record{blocking}, client.Accept), s.md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acksOf([]*kgo.Record{blocking}, client.Accept), s.md); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Acknowledge(mine, client.Accept); err != nil {
@@ -378,7 +378,7 @@ func TestAcknowledgerFencedIsTerminal(t *testing.T) {
 		// The new instance initializes: the coordinator fences the zombie
 		// and aborts its transaction; the proxy releases the records.
 		freshProducer := s.acknowledgerProducer(t, txnID, nil)
-		if _, _, err := freshProducer.ProducerID(ctx); err != nil {
+		if _, _, err := freshProducer.Client().ProducerID(ctx); err != nil {
 			t.Fatal(err)
 		}
 		Wait(t, 60*time.Second, "the fenced transaction's records released", func() bool { return kip.Stats().Pending == 0 })

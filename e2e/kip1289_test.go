@@ -24,7 +24,7 @@ type kipSetup struct {
 	in, out       string
 	group         string
 	consumer      *kgo.Client
-	producer      *kgo.Client
+	producer      *client.Producer
 	md            client.ShareGroupMetadata
 	inPartitions  int32
 	producedInput int
@@ -49,12 +49,24 @@ func newKIPSetupOn(t *testing.T, b *Backend, p *Proxy, inputs int, partitions in
 	s.producedInput = inputs
 	s.group = Unique("kip-group")
 	setShareAutoOffsetReset(t, s.admin, s.group)
-	s.consumer = s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
-		kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
-	s.producer = s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(Unique("kip-txn")),
-		kgo.DefaultProduceTopic(s.out)}, client.ClientOpts()...)...)
+	s.consumer = s.p.NewClient(t, s.rec, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+		kgo.FetchMaxWait(500*time.Millisecond))
+	s.producer = newProducer(t, s.p, s.rec, kgo.TransactionalID(Unique("kip-txn")), kgo.DefaultProduceTopic(s.out))
 	s.md = client.NewShareGroupMetadata(s.group)
 	return s
+}
+
+// newProducer is Proxy.NewClient for a client.Producer: a transactional
+// producer through p, dialing via rec, closed when the test ends. Its base
+// options are those of a client of Proxy.NewClient (kgo.Client.Opts).
+func newProducer(t testing.TB, p *Proxy, rec *DialRecorder, opts ...kgo.Opt) *client.Producer {
+	t.Helper()
+	pr, err := client.NewProducer(append(p.NewClient(t, rec).Opts(), opts...))
+	if err != nil {
+		t.Fatalf("client.NewProducer: %v", err)
+	}
+	t.Cleanup(pr.Close)
+	return pr
 }
 
 // readCommitted returns the values of every committed record of topic.
@@ -123,7 +135,7 @@ func TestKIP1289ConsumeTransformProduce(t *testing.T) {
 			if err := s.producer.Flush(ctx); err != nil {
 				t.Fatalf("flush: %v", err)
 			}
-			if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err != nil {
+			if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acks, s.md); err != nil {
 				t.Fatalf("TxnShareAcknowledge: %v", err)
 			}
 			txns++
@@ -205,7 +217,7 @@ func TestKIP1289Refusals(t *testing.T) {
 		// Not in a transaction: refused before anything is staged.
 		acks := client.NewShareAcknowledgements()
 		acks.Add(recs[0], client.Accept)
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err == nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acks, s.md); err == nil {
 			t.Fatal("acknowledging outside a transaction succeeded")
 		}
 
@@ -219,7 +231,7 @@ func TestKIP1289Refusals(t *testing.T) {
 		s.producer.ProduceSync(ctx, &kgo.Record{Value: []byte("x")})
 		bad := client.NewShareGroupMetadata(s.group)
 		bad.MemberID = "no-such-member"
-		err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, bad)
+		err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acks, bad)
 		if !errors.Is(err, kerr.UnknownMemberID) {
 			t.Fatalf("unknown member: %v, want UNKNOWN_MEMBER_ID", err)
 		}
@@ -231,7 +243,7 @@ func TestKIP1289Refusals(t *testing.T) {
 		acks2 := client.NewShareAcknowledgements()
 		acks2.Add(recs[0], client.Accept)
 		acks2.Add(fake, client.Accept)
-		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks2, s.md)
+		err = s.producer.SendShareAcknowledgementsToTransaction(ctx, acks2, s.md)
 		if !errors.Is(err, kerr.InvalidRecordState) || !errors.Is(err, kerr.OperationNotAttempted) {
 			t.Fatalf("partial failure: %v, want INVALID_RECORD_STATE and OPERATION_NOT_ATTEMPTED", err)
 		}
@@ -239,14 +251,14 @@ func TestKIP1289Refusals(t *testing.T) {
 			t.Fatalf("%d records staged by a call that failed on another partition", p)
 		}
 		// ...and the good offset was not staged: it can be staged now.
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acks, s.md); err != nil {
 			t.Fatalf("staging the good offset after a refused call: %v", err)
 		}
 		// The same call again (a retry after a lost answer): the same
 		// success, nothing staged twice; the offset with another type:
 		// INVALID_RECORD_STATE.
 		pending := s.p.KIP().Stats().Pending
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, s.producer, acks, s.md); err != nil {
+		if err := s.producer.SendShareAcknowledgementsToTransaction(ctx, acks, s.md); err != nil {
 			t.Fatalf("the same call again: %v, want its success again", err)
 		}
 		if p := s.p.KIP().Stats().Pending; p != pending {
@@ -254,7 +266,7 @@ func TestKIP1289Refusals(t *testing.T) {
 		}
 		rejectIt := client.NewShareAcknowledgements()
 		rejectIt.Add(recs[0], client.Reject)
-		err = client.SendShareAcknowledgementsToTransaction(ctx, s.producer, rejectIt, s.md)
+		err = s.producer.SendShareAcknowledgementsToTransaction(ctx, rejectIt, s.md)
 		if !errors.Is(err, kerr.InvalidRecordState) {
 			t.Fatalf("already TX_PENDING with another type: %v, want INVALID_RECORD_STATE", err)
 		}
@@ -265,8 +277,8 @@ func TestKIP1289Refusals(t *testing.T) {
 			t.Fatalf("describe share group: %v %+v", err, dg)
 		}
 		member := dg[s.group].Members[0]
-		pid, epoch, _ := s.producer.ProducerID(ctx)
-		txnID, _ := s.producer.OptValue(kgo.TransactionalID).(string)
+		pid, epoch, _ := s.producer.Client().ProducerID(ctx)
+		txnID, _ := s.producer.Client().OptValue(kgo.TransactionalID).(string)
 		raw := func(memberID string, memberEpoch int32, ty int8, r *kgo.Record) *kip1289.TxnShareAcknowledgeResponse {
 			req := &kip1289.TxnShareAcknowledgeRequest{TransactionalID: &txnID, ProducerID: pid, ProducerEpoch: epoch,
 				GroupID: s.group, MemberID: memberID, MemberEpoch: memberEpoch, Topics: []kip1289.TxnShareAcknowledgeTopic{{

@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sharetx/sharetx/client"
 	"github.com/sharetx/sharetx/configs"
 )
 
@@ -66,8 +65,8 @@ func TestKIP1289ProxyKilled(t *testing.T) {
 				// The transaction must outlive the kill and the redelivery
 				// (franz-go's default timeout is 40 s).
 				s.producer.Close()
-				s.producer = s.p.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(Unique("kip-txn")),
-					kgo.DefaultProduceTopic(s.out), kgo.TransactionTimeout(3 * time.Minute)}, client.ClientOpts()...)...)
+				s.producer = newProducer(t, s.p, s.rec, kgo.TransactionalID(Unique("kip-txn")),
+					kgo.DefaultProduceTopic(s.out), kgo.TransactionTimeout(3*time.Minute))
 
 				// Stage the first poll's acknowledgements through proxy A.
 				staged := s.pollSome(t, ctx, n/2)
@@ -99,10 +98,9 @@ func TestKIP1289ProxyKilled(t *testing.T) {
 					end()
 				}
 
-				consumer := via.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
-					kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
-				producer := via.NewClient(t, s.rec, append([]kgo.Opt{kgo.TransactionalID(Unique("kip-txn2")),
-					kgo.DefaultProduceTopic(s.out)}, client.ClientOpts()...)...)
+				consumer := via.NewClient(t, s.rec, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+					kgo.FetchMaxWait(500*time.Millisecond))
+				producer := newProducer(t, via, s.rec, kgo.TransactionalID(Unique("kip-txn2")), kgo.DefaultProduceTopic(s.out))
 				kip := via.KIP()
 				redelivered := func(outcome string) float64 {
 					return kip.Resolver().Redelivered(outcome)
@@ -213,8 +211,8 @@ func TestKIP1289RestartedProxyLearnsTransactions(t *testing.T) {
 		s.p.Kill()
 		s.consumer.Close()
 		restarted := StartProxy(t, b.Seeds, OnAddrsOf(s.p))
-		consumer := restarted.NewClient(t, s.rec, append([]kgo.Opt{kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
-			kgo.FetchMaxWait(500 * time.Millisecond)}, client.ClientOpts()...)...)
+		consumer := restarted.NewClient(t, s.rec, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in),
+			kgo.FetchMaxWait(500*time.Millisecond))
 		done := 0
 		for done < n {
 			if ctx.Err() != nil {

@@ -1,27 +1,28 @@
 package kip1289
 
-import "sort"
+import "slices"
 
-// Batches turns offset → acknowledge type into acknowledgement batches:
-// sorted, contiguous offsets make one batch; a batch has one type when all
-// its offsets' types are equal, else one type per offset. Nil for an empty
-// map.
+// Batches turns one partition's acknowledgements (offset → acknowledge type)
+// into acknowledgement batches: the offsets sorted, each run of contiguous
+// offsets one batch, with one type for the run when all its offsets have
+// the same type and one type per offset otherwise. An empty map gives nil.
 func Batches(m map[int64]int8) []TxnShareAcknowledgeBatch {
 	if len(m) == 0 {
 		return nil
 	}
-	offs := make([]int64, 0, len(m))
+	offsets := make([]int64, 0, len(m))
 	for o := range m {
-		offs = append(offs, o)
+		offsets = append(offsets, o)
 	}
-	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	slices.Sort(offsets)
+
 	var out []TxnShareAcknowledgeBatch
-	for i := 0; i < len(offs); {
+	for i := 0; i < len(offsets); {
 		j := i + 1
-		for j < len(offs) && offs[j] == offs[j-1]+1 {
+		for j < len(offsets) && offsets[j] == offsets[j-1]+1 {
 			j++
 		}
-		run := offs[i:j]
+		run := offsets[i:j]
 		types := make([]int8, len(run))
 		same := true
 		for k, o := range run {
@@ -31,7 +32,7 @@ func Batches(m map[int64]int8) []TxnShareAcknowledgeBatch {
 			}
 		}
 		if same {
-			types = types[:1]
+			types = types[:1:1]
 		}
 		out = append(out, TxnShareAcknowledgeBatch{FirstOffset: run[0], LastOffset: run[len(run)-1], AcknowledgeTypes: types})
 		i = j

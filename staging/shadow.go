@@ -13,7 +13,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
+
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // ShadowRecord is the value of one record in the shadow topic: the
@@ -353,29 +354,23 @@ func DecodeShadowRecord(b []byte) (*ShadowRecord, error) {
 	return rec, nil
 }
 
-// ShadowPartitionFor returns the shadow partition of a transactional id:
-// FNV-1a (32 bit) of the id, modulo partitions. Clients compute the same
-// value, so it must never change. It returns 0 if partitions <= 0.
+// ShadowPartitionFor returns the shadow partition of a transactional id
+// (kip1289.ShadowPartition: FNV-1a (32 bit) of the id, modulo partitions).
+// Clients compute the same value, so it must never change. It returns 0 if
+// partitions <= 0.
 func ShadowPartitionFor(transactionalID string, partitions int32) int32 {
-	if partitions <= 0 {
-		return 0
-	}
-	h := fnv.New32a()
-	h.Write([]byte(transactionalID))
-	return int32(h.Sum32() % uint32(partitions))
+	return kip1289.ShadowPartition(transactionalID, partitions)
 }
 
-// TouchPartitionFor returns (ShadowPartitionFor+1) % partitions: a partition
-// of the shadow topic, different from the shadow partition when partitions
-// >= 2, where a client may write a filler record so that its transaction has
-// a partition of its own (franz-go sends no EndTxn for a transaction in which
-// the client produced nothing). The filler must never go to the shadow
-// partition itself: the client and the Writer would then both use sequence
-// numbers from 0 for the same (producer id, epoch, partition), and the broker
-// would drop one batch as a duplicate. The tailer ignores non-shadow records.
+// TouchPartitionFor returns (ShadowPartitionFor+1) % partitions
+// (kip1289.TouchPartition): a partition of the shadow topic, different from
+// the shadow partition when partitions >= 2, where a client may write a
+// filler record so that its transaction has a partition of its own
+// (franz-go sends no EndTxn for a transaction in which the client produced
+// nothing). The filler must never go to the shadow partition itself: the
+// client and the Writer would then both use sequence numbers from 0 for the
+// same (producer id, epoch, partition), and the broker would drop one batch
+// as a duplicate. The tailer ignores non-shadow records.
 func TouchPartitionFor(transactionalID string, partitions int32) int32 {
-	if partitions <= 0 {
-		return 0
-	}
-	return (ShadowPartitionFor(transactionalID, partitions) + 1) % partitions
+	return kip1289.TouchPartition(transactionalID, partitions)
 }

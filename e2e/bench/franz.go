@@ -14,6 +14,12 @@ import (
 )
 
 func newClient(bs string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return kgo.NewClient(clientOpts(bs, opts...)...)
+}
+
+// clientOpts are the options of every bench client of bootstrap bs, then
+// opts.
+func clientOpts(bs string, opts ...kgo.Opt) []kgo.Opt {
 	// No compression: kgo's default (snappy) would shrink the repeated
 	// payloads, and the bytes on the wire would not be the bytes produced
 	// (Java's ProducerPerformance sends uncompressed by default too).
@@ -26,7 +32,7 @@ func newClient(bs string, opts ...kgo.Opt) (*kgo.Client, error) {
 			return d.DialContext(ctx, network, addr)
 		}))
 	}
-	return kgo.NewClient(append(base, opts...)...)
+	return append(base, opts...)
 }
 
 // closeWithin closes cl, giving up waiting after d (a share consumer's

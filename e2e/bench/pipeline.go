@@ -81,16 +81,25 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 	if !o.defaults && o.batch > 500 {
 		copts = append(copts, kgo.ShareMaxRecords(int32(o.batch)))
 	}
-	consumer, err := newClient(o.bs, append(copts, client.ClientOpts()...)...)
+	consumer, err := newClient(o.bs, copts...)
 	if err != nil {
 		return nil, err
 	}
 	defer closeWithin(consumer, 15*time.Second)
 	popts := []kgo.Opt{kgo.DefaultProduceTopic(o.out), kgo.MetadataMinAge(250 * time.Millisecond)}
+	// Both transactional modes run a client.Producer, so that they differ
+	// only in binding the acknowledgements.
+	var txnProducer *client.Producer
+	var producer *kgo.Client
 	if transactional {
 		popts = append(popts, kgo.TransactionalID(fmt.Sprintf("bench-%s-%d-%d", o.group, o.batch, time.Now().UnixNano())))
+		txnProducer, err = client.NewProducer(clientOpts(o.bs, popts...))
+		if err == nil {
+			producer = txnProducer.Client()
+		}
+	} else {
+		producer, err = newClient(o.bs, popts...)
 	}
-	producer, err := newClient(o.bs, append(popts, client.ClientOpts()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +165,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 			res.Transactions++
 			continue
 		}
-		if err := txnOnce(ctx, producer, recs, outs, md, o.txn, o.sequential, res); err != nil {
+		if err := txnOnce(ctx, txnProducer, recs, outs, md, o.txn, o.sequential, res); err != nil {
 			res.Aborts++
 			failedInARow++
 			if failedInARow >= 5 {
@@ -193,7 +202,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 // records for redelivery (client.ReleaseForRedelivery). With bindAcks the
 // ACCEPTs are bound to the transaction; without, they are sent explicitly
 // after the commit.
-func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record, md client.ShareGroupMetadata, bindAcks, sequential bool, res *pipelineResult) error {
+func txnOnce(ctx context.Context, producer *client.Producer, recs, outs []*kgo.Record, md client.ShareGroupMetadata, bindAcks, sequential bool, res *pipelineResult) error {
 	if err := producer.BeginTransaction(); err != nil {
 		client.ReleaseForRedelivery(recs...)
 		return fmt.Errorf("begin: %w", err)
@@ -239,7 +248,7 @@ func txnOnce(ctx context.Context, producer *kgo.Client, recs, outs []*kgo.Record
 	}
 	if bindAcks && err == nil {
 		ta := time.Now()
-		err = client.SendShareAcknowledgementsToTransaction(ctx, producer, acks, md)
+		err = producer.SendShareAcknowledgementsToTransaction(ctx, acks, md)
 		if err == nil {
 			res.ackLat = append(res.ackLat, time.Since(ta).Seconds())
 		}

@@ -39,19 +39,19 @@ func (b *bench) stagedMemory(ctx context.Context) {
 		return
 	}
 	b.progress("staged memory: one open transaction staging polls of %s", in)
-	consumer, err := newClient(b.proxy.bootstrap, append([]kgo.Opt{kgo.ShareGroup(g), kgo.ConsumeTopics(in)}, client.ClientOpts()...)...)
+	consumer, err := newClient(b.proxy.bootstrap, kgo.ShareGroup(g), kgo.ConsumeTopics(in))
 	if err != nil {
 		b.fail("staged memory", err)
 		return
 	}
 	defer closeWithin(consumer, 15*time.Second)
-	producer, err := newClient(b.proxy.bootstrap, append([]kgo.Opt{kgo.TransactionalID("bench-staged-" + b.suffix)}, client.ClientOpts()...)...)
+	producer, err := client.NewProducer(clientOpts(b.proxy.bootstrap, kgo.TransactionalID("bench-staged-"+b.suffix)))
 	if err != nil {
 		b.fail("staged memory", err)
 		return
 	}
-	defer closeWithin(producer, 15*time.Second)
-	if _, _, err := producer.ProducerID(ctx); err != nil {
+	defer closeWithin(producer.Client(), 15*time.Second)
+	if _, _, err := producer.Client().ProducerID(ctx); err != nil {
 		b.fail("staged memory: InitProducerId", err)
 		return
 	}
@@ -84,7 +84,7 @@ func (b *bench) stagedMemory(ctx context.Context) {
 		for _, r := range recs {
 			acks.Add(r, client.Accept)
 		}
-		if err := client.SendShareAcknowledgementsToTransaction(ctx, producer, acks, md); err != nil {
+		if err := producer.SendShareAcknowledgementsToTransaction(ctx, acks, md); err != nil {
 			producer.EndTransaction(ctx, kgo.TryAbort)
 			client.ReleaseForRedelivery(append(all, recs...)...)
 			b.fail("staged memory: TxnShareAcknowledge", err)

@@ -110,7 +110,7 @@ func (w *worker) common() []kgo.Opt {
 // epoch of the transactional id, fencing a previous incarnation and
 // aborting the transaction it left open. kgo would otherwise initialize
 // lazily, on the first produce.
-func (w *worker) newProducer() (*kgo.Client, error) {
+func (w *worker) newProducer() (*client.Producer, error) {
 	p, err := w.buildProducer()
 	if err != nil {
 		return nil, err
@@ -121,8 +121,8 @@ func (w *worker) newProducer() (*kgo.Client, error) {
 	return p, nil
 }
 
-func (w *worker) buildProducer() (*kgo.Client, error) {
-	return kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, w.cfg.txnTimeout, w.cfg.Out)...)...)
+func (w *worker) buildProducer() (*client.Producer, error) {
+	return client.NewProducer(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, w.cfg.txnTimeout, w.cfg.Out)...))
 }
 
 // recreateProducer replaces a producer that cannot go on (fenced, its abort
@@ -184,7 +184,7 @@ func (w *worker) run() int {
 	w.Listen(w.command)
 
 	var err error
-	w.Consumer, err = kgo.NewClient(append(append(w.common(), w.cfg.ConsumerOpts()...), client.ClientOpts()...)...)
+	w.Consumer, err = kgo.NewClient(append(w.common(), w.cfg.ConsumerOpts()...)...)
 	if err != nil {
 		w.Say("ERR consumer: %v", err)
 		return 1
@@ -256,7 +256,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 	lap(&tProduce)
 	staged := false
 	if err == nil {
-		if serr := client.SendShareAcknowledgementsToTransaction(ctx, w.Producer, acks, w.MD); serr != nil {
+		if serr := w.Producer.SendShareAcknowledgementsToTransaction(ctx, acks, w.MD); serr != nil {
 			err = fail("TxnShareAcknowledge", serr)
 		}
 		staged = err == nil

@@ -113,7 +113,10 @@ func (c WorkerConfig) ConsumerOpts() []kgo.Opt {
 // clients. A program's worker embeds it.
 type Worker struct {
 	Consumer *kgo.Client // the share consumer
-	Producer *kgo.Client
+	// Producer is the transactional producer; a worker that produces
+	// without transactions uses Plain instead.
+	Producer *client.Producer
+	Plain    *kgo.Client
 	// MD is the share group's metadata, for transactional acknowledgements.
 	MD client.ShareGroupMetadata
 
@@ -179,7 +182,16 @@ func (w *Worker) PollLoop(max int, wait time.Duration, process func(recs []*kgo.
 // the consumer still holds), saying an ERR line if that takes more than d.
 func (w *Worker) CloseClients(d time.Duration) {
 	done := make(chan struct{})
-	go func() { w.Consumer.Close(); w.Producer.Close(); close(done) }()
+	go func() {
+		w.Consumer.Close()
+		if w.Producer != nil {
+			w.Producer.Close()
+		}
+		if w.Plain != nil {
+			w.Plain.Close()
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(d):
@@ -187,10 +199,10 @@ func (w *Worker) CloseClients(d time.Duration) {
 	}
 }
 
-// TxnProducerOpts are the options of a worker's transactional producer
-// (with client.ClientOpts), to be added to its common ones.
+// TxnProducerOpts are the kgo options of a worker's transactional producer
+// (client.NewProducer), to be added to its common ones.
 func TxnProducerOpts(txnID string, timeout time.Duration, out string) []kgo.Opt {
-	return append([]kgo.Opt{
+	return []kgo.Opt{
 		kgo.TransactionalID(txnID),
 		kgo.TransactionTimeout(timeout),
 		kgo.DefaultProduceTopic(out),
@@ -199,7 +211,7 @@ func TxnProducerOpts(txnID string, timeout time.Duration, out string) []kgo.Opt 
 		// retries it after a metadata refresh, which MetadataMinAge
 		// (default 5s) would delay.
 		kgo.MetadataMinAge(250 * time.Millisecond),
-	}, client.ClientOpts()...)
+	}
 }
 
 // InitProducer initializes a transactional producer at once
@@ -210,10 +222,10 @@ func TxnProducerOpts(txnID string, timeout time.Duration, out string) []kgo.Opt 
 // lazily, on the first produce. It tries 5 times, each failure said as an
 // ERR line, waiting up to timeout each; ok is false if every try failed
 // (kgo then retries on the first produce).
-func (w *Worker) InitProducer(p *kgo.Client, timeout time.Duration) (id int64, epoch int16, ok bool) {
+func (w *Worker) InitProducer(p *client.Producer, timeout time.Duration) (id int64, epoch int16, ok bool) {
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		id, epoch, err := p.ProducerID(ctx)
+		id, epoch, err := p.Client().ProducerID(ctx)
 		cancel()
 		if err == nil {
 			return id, epoch, true

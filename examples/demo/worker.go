@@ -3,10 +3,10 @@ package main
 // The example application: one consume-transform-produce worker process,
 // started by the demo as `demo worker ...` (its own binary re-executed).
 //
-// Mode exactly-once: a share consumer and a transactional producer, both
-// through sharetx and built with client.ClientOpts. Per poll: one
-// transaction holding an output record per input and the inputs' ACCEPT
-// acknowledgements (client.SendShareAcknowledgementsToTransaction), then
+// Mode exactly-once: a share consumer and a transactional producer
+// (client.NewProducer), both through sharetx. Per poll: one transaction
+// holding an output record per input and the inputs' ACCEPT
+// acknowledgements (Producer.SendShareAcknowledgementsToTransaction), then
 // commit — or, now and then on purpose, abort and client.ReleaseForRedelivery.
 //
 // Mode at-least-once: the same application without transactions: a plain
@@ -130,11 +130,7 @@ func (w *worker) run() int {
 	w.Listen(w.command)
 
 	var err error
-	consumerOpts := append(w.common(), w.cfg.ConsumerOpts()...)
-	if w.cfg.mode == modeEOS {
-		consumerOpts = append(consumerOpts, client.ClientOpts()...)
-	}
-	w.Consumer, err = kgo.NewClient(consumerOpts...)
+	w.Consumer, err = kgo.NewClient(append(w.common(), w.cfg.ConsumerOpts()...)...)
 	if err != nil {
 		w.Say("ERR consumer: %v", err)
 		return 1
@@ -142,7 +138,7 @@ func (w *worker) run() int {
 	if w.cfg.mode == modeEOS {
 		w.Producer, err = w.newTxnProducer()
 	} else {
-		w.Producer, err = kgo.NewClient(append(w.common(), kgo.DefaultProduceTopic(w.cfg.Out), kgo.ProducerLinger(0))...)
+		w.Plain, err = kgo.NewClient(append(w.common(), kgo.DefaultProduceTopic(w.cfg.Out), kgo.ProducerLinger(0))...)
 	}
 	if err != nil {
 		w.Say("ERR producer: %v", err)
@@ -173,8 +169,8 @@ func (w *worker) run() int {
 // incarnation of the same transactional id and aborts the transaction it
 // left open, so its staged acknowledgements are dropped and its records
 // redelivered.
-func (w *worker) newTxnProducer() (*kgo.Client, error) {
-	p, err := kgo.NewClient(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, 20*time.Second, w.cfg.Out)...)...)
+func (w *worker) newTxnProducer() (*client.Producer, error) {
+	p, err := client.NewProducer(append(w.common(), sim.TxnProducerOpts(w.cfg.TxnID, 20*time.Second, w.cfg.Out)...))
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +214,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 		w.Say("PRODUCED n=%d", len(recs))
 		// The inputs' ACCEPT, bound to the transaction: applied if and
 		// only if it commits.
-		if err = client.SendShareAcknowledgementsToTransaction(ctx, w.Producer, acks, w.MD); err != nil {
+		if err = w.Producer.SendShareAcknowledgementsToTransaction(ctx, acks, w.MD); err != nil {
 			err = fmt.Errorf("TxnShareAcknowledge: %w", err)
 		}
 	}
@@ -256,7 +252,7 @@ func (w *worker) transact(recs []*kgo.Record) {
 func (w *worker) produceThenAck(recs []*kgo.Record) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := w.Producer.ProduceSync(ctx, sim.Outputs(recs)...).FirstErr(); err != nil {
+	if err := w.Plain.ProduceSync(ctx, sim.Outputs(recs)...).FirstErr(); err != nil {
 		w.Say("ERR produce: %v", err)
 		for _, r := range recs {
 			r.Ack(kgo.AckRelease) // redeliver (the next poll would accept them)
