@@ -38,9 +38,6 @@ func init() {
 
 // produceHook is the KIP-1289 engine's part of a Produce request.
 func produceHook(env *Env, r *Request) Action {
-	if env.KIP == nil {
-		return Action{}
-	}
 	if t, ok := produceTxn(r.Body(), r.Version); ok {
 		t.ident = env.KIP.identOf(r.Conn)
 		if act := env.KIP.relayTouch(r, t); act != nil {
@@ -58,7 +55,7 @@ func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
 		env.KIP.mergeRelayed(sp, resp)
 		state, changed = sp.txn, true
 	}
-	if t, ok := state.(produceTxnState); ok && env.KIP != nil && produceOK(resp) {
+	if t, ok := state.(produceTxnState); ok && produceOK(resp) {
 		env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
 	}
 	return changed

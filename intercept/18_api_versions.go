@@ -26,7 +26,7 @@ func init() {
 	register(kmsg.ApiVersions, func(env *Env, _ any, r kmsg.Response) bool {
 		resp := r.(*kmsg.ApiVersionsResponse)
 		changed := upstreamVersions(env, resp)
-		if env.KIP != nil && resp.ErrorCode == 0 {
+		if resp.ErrorCode == 0 {
 			changed = env.KIP.advertise(resp) || changed
 		}
 		return changed

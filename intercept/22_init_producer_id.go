@@ -7,9 +7,6 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // transaction whose InitProducerId went through this proxy.
 func init() {
 	registerHook(kmsg.InitProducerID, func(env *Env, r *Request) Action {
-		if env.KIP == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil || req.TransactionalID == nil {
@@ -19,7 +16,7 @@ func init() {
 	})
 	register(kmsg.InitProducerID, func(env *Env, state any, r kmsg.Response) bool {
 		st, ok := state.([2]string)
-		if !ok || env.KIP == nil {
+		if !ok {
 			return false
 		}
 		if resp := r.(*kmsg.InitProducerIDResponse); resp.ErrorCode == 0 {

@@ -9,9 +9,6 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // so the next transaction's TxnShareAcknowledge is checked against it.
 func init() {
 	registerHook(kmsg.EndTxn, func(env *Env, r *Request) Action {
-		if env.KIP == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrEndTxnRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil {
@@ -22,7 +19,7 @@ func init() {
 	register(kmsg.EndTxn, func(env *Env, state any, r kmsg.Response) bool {
 		st, ok := state.(endTxnState)
 		req := st.req
-		if !ok || env.KIP == nil {
+		if !ok {
 			return false
 		}
 		resp := r.(*kmsg.EndTxnResponse)

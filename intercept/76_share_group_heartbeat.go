@@ -6,9 +6,6 @@ import "github.com/twmb/franz-go/pkg/kmsg"
 // leaving answers epoch -1 and is forgotten).
 func init() {
 	registerHook(kmsg.ShareGroupHeartbeat, func(env *Env, r *Request) Action {
-		if env.KIP == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrShareGroupHeartbeatRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil {
@@ -18,7 +15,7 @@ func init() {
 	})
 	register(kmsg.ShareGroupHeartbeat, func(env *Env, state any, r kmsg.Response) bool {
 		gm, ok := state.([3]string)
-		if !ok || env.KIP == nil {
+		if !ok {
 			return false
 		}
 		resp := r.(*kmsg.ShareGroupHeartbeatResponse)

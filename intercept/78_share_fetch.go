@@ -79,7 +79,7 @@ func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bo
 // responded marks a client request of a share session answered.
 func (e *KIP1289) responded(state any) {
 	st, ok := state.(*shareState)
-	if e == nil || !ok || !st.counted {
+	if !ok || !st.counted {
 		return
 	}
 	e.sessions.Get(st.sessionKey()).Responded()
@@ -88,7 +88,7 @@ func (e *KIP1289) responded(state any) {
 // noteSessionError counts INVALID_SHARE_SESSION_EPOCH answers to clients.
 func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 	e.responded(state)
-	if e == nil || code != kerr.InvalidShareSessionEpoch.Code {
+	if code != kerr.InvalidShareSessionEpoch.Code {
 		return
 	}
 	if st, ok := state.(*shareState); ok && (st.foreign || !st.inStep) {
@@ -121,9 +121,6 @@ func deref(s *string) string {
 func init() {
 	registerHook(kmsg.ShareFetch, func(env *Env, r *Request) Action {
 		e := env.KIP
-		if e == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrShareFetchRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil {
@@ -170,7 +167,7 @@ func init() {
 		}
 		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareFetch")
 		st, ok := state.(*shareState)
-		if !ok || env.KIP == nil || resp.ErrorCode != 0 {
+		if !ok || resp.ErrorCode != 0 {
 			return changed
 		}
 		env.KIP.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {

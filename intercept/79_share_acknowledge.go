@@ -16,9 +16,6 @@ import (
 func init() {
 	registerHook(kmsg.ShareAcknowledge, func(env *Env, r *Request) Action {
 		e := env.KIP
-		if e == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrShareAcknowledgeRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil {
@@ -74,7 +71,7 @@ func init() {
 		}
 		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareAcknowledge")
 		st, ok := state.(*shareState)
-		if !ok || env.KIP == nil || resp.ErrorCode != 0 {
+		if !ok || resp.ErrorCode != 0 {
 			return changed
 		}
 		env.KIP.applyPlans(st, ackCodes(resp))

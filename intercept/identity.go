@@ -210,9 +210,6 @@ func scramUser(first []byte) (string, bool) {
 // a byte, which principal the broker authenticated on each connection.
 func init() {
 	registerHook(kmsg.SASLHandshake, func(env *Env, r *Request) Action {
-		if env.KIP == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrSASLHandshakeRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil {
@@ -222,15 +219,12 @@ func init() {
 	})
 	register(kmsg.SASLHandshake, func(env *Env, state any, r kmsg.Response) bool {
 		st, ok := state.(saslState)
-		if ok && env.KIP != nil && r.(*kmsg.SASLHandshakeResponse).ErrorCode == 0 {
+		if ok && r.(*kmsg.SASLHandshakeResponse).ErrorCode == 0 {
 			env.KIP.saslHandshake(st.conn, st.mech)
 		}
 		return false
 	})
 	registerHook(kmsg.SASLAuthenticate, func(env *Env, r *Request) Action {
-		if env.KIP == nil {
-			return Action{}
-		}
 		req := kmsg.NewPtrSASLAuthenticateRequest()
 		req.Version = r.Version
 		if req.ReadFrom(r.Body()) != nil {
@@ -240,7 +234,7 @@ func init() {
 	})
 	register(kmsg.SASLAuthenticate, func(env *Env, state any, r kmsg.Response) bool {
 		st, ok := state.(saslState)
-		if ok && env.KIP != nil && r.(*kmsg.SASLAuthenticateResponse).ErrorCode == 0 {
+		if ok && r.(*kmsg.SASLAuthenticateResponse).ErrorCode == 0 {
 			env.KIP.saslAuthenticated(st.conn, st.token)
 		}
 		return false

@@ -42,7 +42,7 @@ type Env struct {
 	// UpstreamKeys, if set, is told every ApiVersions response the
 	// upstream sent, before the proxy caps it.
 	UpstreamKeys *UpstreamKeys
-	// KIP is the transactional-acknowledgement engine; nil disables it.
+	// KIP is the transactional-acknowledgement engine (always set).
 	KIP *KIP1289
 }
 

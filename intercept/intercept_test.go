@@ -20,7 +20,7 @@ func (f *fakeAddrs) Advertise(id int32, host string, port int32) (string, int32)
 
 func env() (*Env, *fakeAddrs) {
 	a := &fakeAddrs{}
-	return &Env{Addrs: a}, a
+	return &Env{Addrs: a, KIP: testEngine()}, a
 }
 
 func TestMetadataRewrite(t *testing.T) {
@@ -178,6 +178,7 @@ func FuzzRewriters(f *testing.F) {
 			return
 		}
 		e, _ := env()
+		defer e.KIP.Close()
 		fn(e, nil, resp)
 		out := resp.AppendTo(nil)
 		back := kmsg.ResponseForKey(key)

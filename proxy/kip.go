@@ -24,9 +24,6 @@ func (s *Server) KIP() *intercept.KIP1289 { return s.env.KIP }
 // COORDINATOR_NOT_AVAILABLE (retriable).
 func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	kip := s.env.KIP
-	if kip == nil {
-		return nil
-	}
 	cfg := s.cfg.KIP1289
 	s.up.Store(cl) // the engine's side channel from now on
 	key, keySource, err := shadowKey(s.cfg)
