@@ -13,7 +13,7 @@
 // changed it; only then is the response re-encoded. Rewriters must not block:
 // they run on the connection's response path. (One exception: a ShareFetch
 // response with redelivered records waits for the shadow topic to be read to
-// its end, see recovery.go; that delays only its own connection.)
+// its end, see markers/recovery.go; that delays only its own connection.)
 package intercept
 
 import (

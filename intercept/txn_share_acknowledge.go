@@ -1,0 +1,75 @@
+package intercept
+
+// TxnShareAcknowledge, the key the proxy serves itself (kip1289.api_key,
+// 95 by default, unknown to kmsg): advertised in ApiVersions, answered by
+// the Stager off the connection's read loop.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sharetx/sharetx/kip1289"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// advertise adds TxnShareAcknowledge to an ApiVersions response, unless the
+// cluster itself uses the key: then the proxy must not answer that key, and
+// says so loudly.
+func (e *KIP1289) advertise(resp *kmsg.ApiVersionsResponse) bool {
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == e.key {
+			e.conflict.Store(true)
+			e.log.Error("the upstream cluster advertises the API key configured for TxnShareAcknowledge; set kip1289.api_key to a key the cluster does not use", "api_key", e.key)
+			return false
+		}
+	}
+	k := kmsg.NewApiVersionsResponseApiKey()
+	k.ApiKey, k.MinVersion, k.MaxVersion = e.key, 0, 0
+	resp.ApiKeys = append(resp.ApiKeys, k)
+	return true
+}
+
+// CheckUpstream fails when the cluster advertises the TxnShareAcknowledge
+// key itself.
+func (e *KIP1289) CheckUpstream(resp *kmsg.ApiVersionsResponse) error {
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == e.key {
+			e.conflict.Store(true)
+			return fmt.Errorf("the upstream cluster advertises API key %d, which kip1289.api_key configures for TxnShareAcknowledge: choose a key the cluster does not use", e.key)
+		}
+	}
+	return nil
+}
+
+// Serves reports whether the proxy answers key itself.
+func (e *KIP1289) Serves(key int16) bool { return key == e.key && !e.conflict.Load() }
+
+// TxnHook answers a TxnShareAcknowledge request, off the read loop.
+func (e *KIP1289) TxnHook(r *Request) Action {
+	req := &kip1289.TxnShareAcknowledgeRequest{APIKey: e.key, Version: r.Version}
+	if r.Version != 0 {
+		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.UnsupportedVersion.Code}}
+	}
+	if err := req.ReadFrom(r.Body()); err != nil {
+		// The reference layout has no top-level message, and a request
+		// that does not decode names no partitions to carry one.
+		e.log.Debug("malformed TxnShareAcknowledge", "err", err)
+		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code}}
+	}
+	// A broker whose listener requires SASL closes a connection that sends
+	// anything but ApiVersions and SASL before authenticating; so does the
+	// proxy, for the request it answers itself.
+	if e.authenticating(r.Conn) || (e.requireAuth && e.identOf(r.Conn) == "") {
+		return Action{Close: "unauthenticated_txn_share_acknowledge"}
+	}
+	ident := e.identOf(r.Conn)
+	return Action{Async: func() kmsg.Response {
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		resp := e.stage(ctx, req, ident)
+		resp.APIKey = e.key
+		return resp
+	}}
+}
