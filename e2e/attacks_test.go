@@ -322,7 +322,7 @@ func TestAttackForgedShadowRecordChangesNothing(t *testing.T) {
 		produceN(t, s.admin, s.in, 10)
 		forged := &staging.ShadowRecord{ProxyID: "mallory", TransactionalID: s.txn[secMallory], GroupID: s.group,
 			Topics: []staging.ShadowTopic{{TopicID: topicIDOf(t, s.admin, s.in), Partitions: []staging.ShadowPartition{{Partition: 0,
-				Batches: []staging.ShadowBatch{{FirstOffset: 0, LastOffset: 1 << 40, AcknowledgeTypes: []int8{3}}}}}}}}
+				AcknowledgementBatches: []staging.ShadowBatch{{FirstOffset: 0, LastOffset: 1 << 40, AcknowledgeTypes: []int8{3}}}}}}}}
 		forger, err := kgo.NewClient(kgo.SeedBrokers(s.seeds...), secAuth(secMallory), kgo.TransactionalID(s.txn[secMallory]),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		if err != nil {

@@ -71,7 +71,7 @@ func (r *Resolver) implausible(rec *staging.ShadowRecord) string {
 	for _, t := range rec.Topics {
 		for _, p := range t.Partitions {
 			parts++
-			for _, b := range p.Batches {
+			for _, b := range p.AcknowledgementBatches {
 				if b.FirstOffset < 0 || b.FirstOffset > b.LastOffset || (len(b.AcknowledgeTypes) != 1 && int64(len(b.AcknowledgeTypes)) != b.LastOffset-b.FirstOffset+1) {
 					return "a malformed range"
 				}

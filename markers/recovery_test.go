@@ -42,7 +42,7 @@ func ackAccepted(l *staging.Ledger, group, member string, topic [16]byte, partit
 
 func shadowOf(group string, partition int32, first, last int64, typ int8) *staging.ShadowRecord {
 	return &staging.ShadowRecord{Version: 1, GroupID: group, Topics: []staging.ShadowTopic{{TopicID: recTopic,
-		Partitions: []staging.ShadowPartition{{Partition: partition, Batches: []staging.ShadowBatch{{FirstOffset: first, LastOffset: last, AcknowledgeTypes: []int8{typ}}}}}}}}
+		Partitions: []staging.ShadowPartition{{Partition: partition, AcknowledgementBatches: []staging.ShadowBatch{{FirstOffset: first, LastOffset: last, AcknowledgeTypes: []int8{typ}}}}}}}}
 }
 
 func fetchResp(partition int32, first, last int64, count int16) *kmsg.ShareFetchResponse {

@@ -26,7 +26,7 @@ const (
 func shadowRec(t *testing.T, p int32, off int64, pid int64, epoch int16, proxy string, tag int64) logRecord {
 	t.Helper()
 	sr := &staging.ShadowRecord{Version: 1, ProxyID: proxy, ProducerID: pid, ProducerEpoch: epoch,
-		Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{Batches: []staging.ShadowBatch{
+		Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{AcknowledgementBatches: []staging.ShadowBatch{
 			{FirstOffset: tag, LastOffset: tag, AcknowledgeTypes: []int8{1}}}}}}}}
 	return logRecord{partition: p, offset: off, producerID: pid, producerEpoch: epoch, transactional: true, value: sr.AppendTo(nil)}
 }
@@ -40,7 +40,7 @@ func marker(p int32, off int64, pid int64, epoch int16, commit bool) logRecord {
 		control: true, transactional: true, key: key, value: []byte{0, 0, 0, 0, 0, 0}}
 }
 
-func tag(r Resolution) int64 { return r.Record.Topics[0].Partitions[0].Batches[0].FirstOffset }
+func tag(r Resolution) int64 { return r.Record.Topics[0].Partitions[0].AcknowledgementBatches[0].FirstOffset }
 
 func TestResolver(t *testing.T) {
 	var got []Resolution
@@ -180,7 +180,7 @@ func (p *producer) stage(part int32, proxy string, tag int64) {
 	t.Helper()
 	sr := &staging.ShadowRecord{Version: 1, ProxyID: proxy, TransactionalID: p.txn, ProducerID: p.pid, ProducerEpoch: p.epoch,
 		GroupID: "g", MemberID: "m",
-		Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{Batches: []staging.ShadowBatch{
+		Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{AcknowledgementBatches: []staging.ShadowBatch{
 			{FirstOffset: tag, LastOffset: tag, AcknowledgeTypes: []int8{1}}}}}}}}
 	if _, err := p.e.w.Write(p.e.ctx, p.txn, p.pid, p.epoch, part, sr); err != nil {
 		t.Fatalf("stage %d: %v", tag, err)
@@ -377,7 +377,7 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 	r.onRejected = func(_ int32, _ int64, reason string) { rejected = append(rejected, reason) }
 	signed := func(off, pid int64, epoch int16, k []byte, batchPID int64) logRecord {
 		sr := &staging.ShadowRecord{ProxyID: proxyID, ProducerID: pid, ProducerEpoch: epoch,
-			Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{Batches: []staging.ShadowBatch{
+			Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{AcknowledgementBatches: []staging.ShadowBatch{
 				{FirstOffset: off, LastOffset: off, AcknowledgeTypes: []int8{1}}}}}}}}
 		return logRecord{partition: 0, offset: off, producerID: batchPID, producerEpoch: epoch, transactional: true, value: sr.AppendSigned(nil, k)}
 	}

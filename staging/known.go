@@ -94,7 +94,7 @@ func (l *Ledger) learnLocked(loc Loc, rec *ShadowRecord) {
 	for _, t := range rec.Topics {
 		for _, p := range t.Partitions {
 			k := partKey{rec.GroupID, t.TopicID, p.Partition}
-			for _, b := range p.Batches {
+			for _, b := range p.AcknowledgementBatches {
 				if b.FirstOffset > b.LastOffset || (len(b.AcknowledgeTypes) != 1 && int64(len(b.AcknowledgeTypes)) != b.LastOffset-b.FirstOffset+1) {
 					continue
 				}

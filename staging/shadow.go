@@ -73,24 +73,15 @@ type ShadowRecord struct {
 	Topics          []ShadowTopic
 }
 
-// ShadowTopic is one share-partitioned topic of a ShadowRecord.
-type ShadowTopic struct {
-	TopicID    [16]byte
-	Partitions []ShadowPartition
-}
-
-// ShadowPartition is one partition of a ShadowTopic.
-type ShadowPartition struct {
-	Partition int32
-	Batches   []ShadowBatch
-}
-
-// ShadowBatch is one acknowledgement range, inclusive at both ends.
-// AcknowledgeTypes holds one type for the whole range or one per offset.
-type ShadowBatch struct {
-	FirstOffset, LastOffset int64
-	AcknowledgeTypes        []int8
-}
+// ShadowTopic, ShadowPartition and ShadowBatch are a ShadowRecord's
+// acknowledgements: those of the TxnShareAcknowledge that staged it, in
+// its own types (a batch is inclusive at both ends, with one type for the
+// whole range or one per offset).
+type (
+	ShadowTopic     = kip1289.TxnShareAcknowledgeTopic
+	ShadowPartition = kip1289.TxnShareAcknowledgePartition
+	ShadowBatch     = kip1289.TxnShareAcknowledgeBatch
+)
 
 // ShadowVersion is the version of an unsigned record (AppendTo);
 // SignedShadowVersion the version AppendSigned writes.
@@ -177,8 +168,8 @@ func (r *ShadowRecord) appendFields(dst []byte, v int8) []byte {
 		dst = be.AppendUint32(dst, uint32(len(t.Partitions)))
 		for _, p := range t.Partitions {
 			dst = be.AppendUint32(dst, uint32(p.Partition))
-			dst = be.AppendUint32(dst, uint32(len(p.Batches)))
-			for _, b := range p.Batches {
+			dst = be.AppendUint32(dst, uint32(len(p.AcknowledgementBatches)))
+			for _, b := range p.AcknowledgementBatches {
 				dst = be.AppendUint64(dst, uint64(b.FirstOffset))
 				dst = be.AppendUint64(dst, uint64(b.LastOffset))
 				dst = be.AppendUint32(dst, uint32(len(b.AcknowledgeTypes)))
@@ -202,7 +193,7 @@ func appendString(dst []byte, s string) []byte {
 func (r *ShadowRecord) Validate() error {
 	for _, t := range r.Topics {
 		for _, p := range t.Partitions {
-			for _, b := range p.Batches {
+			for _, b := range p.AcknowledgementBatches {
 				if b.FirstOffset < 0 || b.LastOffset < b.FirstOffset {
 					return fmt.Errorf("staging: partition %d: invalid range [%d, %d]", p.Partition, b.FirstOffset, b.LastOffset)
 				}
@@ -321,10 +312,10 @@ func DecodeShadowRecord(b []byte) (*ShadowRecord, error) {
 				p.Partition = int32(r.u32())
 				nb := r.count(minBatchLen)
 				if nb > 0 {
-					p.Batches = make([]ShadowBatch, nb)
+					p.AcknowledgementBatches = make([]ShadowBatch, nb)
 				}
-				for k := range p.Batches {
-					bt := &p.Batches[k]
+				for k := range p.AcknowledgementBatches {
+					bt := &p.AcknowledgementBatches[k]
 					bt.FirstOffset = int64(r.u64())
 					bt.LastOffset = int64(r.u64())
 					na := r.count(1)

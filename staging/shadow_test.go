@@ -24,8 +24,8 @@ func sampleRecord() *ShadowRecord {
 			{
 				TopicID: [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 				Partitions: []ShadowPartition{
-					{Partition: 0, Batches: []ShadowBatch{{FirstOffset: 10, LastOffset: 20, AcknowledgeTypes: []int8{1}}}},
-					{Partition: 3, Batches: []ShadowBatch{
+					{Partition: 0, AcknowledgementBatches: []ShadowBatch{{FirstOffset: 10, LastOffset: 20, AcknowledgeTypes: []int8{1}}}},
+					{Partition: 3, AcknowledgementBatches: []ShadowBatch{
 						{FirstOffset: 0, LastOffset: 2, AcknowledgeTypes: []int8{1, 3, 1}},
 						{FirstOffset: 5, LastOffset: 5, AcknowledgeTypes: []int8{3}},
 					}},
@@ -105,7 +105,7 @@ func TestShadowValidate(t *testing.T) {
 		{FirstOffset: 0, LastOffset: 4, AcknowledgeTypes: []int8{1, 1}},
 		{FirstOffset: 0, LastOffset: 4},
 	} {
-		r := &ShadowRecord{Topics: []ShadowTopic{{Partitions: []ShadowPartition{{Batches: []ShadowBatch{b}}}}}}
+		r := &ShadowRecord{Topics: []ShadowTopic{{Partitions: []ShadowPartition{{AcknowledgementBatches: []ShadowBatch{b}}}}}}
 		if r.Validate() == nil {
 			t.Errorf("%+v validated", b)
 		}

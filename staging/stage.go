@@ -77,20 +77,10 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 		return resp, nil
 	}
 	rec := &ShadowRecord{
-		Version: 1, ProxyID: s.proxyID, TransactionalID: call.txnID,
+		Version: SignedShadowVersion, ProxyID: s.proxyID, TransactionalID: call.txnID,
 		ProducerID: call.producerID, ProducerEpoch: call.epoch, GroupID: req.GroupID, MemberID: call.member,
 	}
-	for _, t := range req.Topics {
-		st := ShadowTopic{TopicID: t.TopicID}
-		for _, p := range t.Partitions {
-			sp := ShadowPartition{Partition: p.Partition}
-			for _, b := range p.AcknowledgementBatches {
-				sp.Batches = append(sp.Batches, ShadowBatch{FirstOffset: b.FirstOffset, LastOffset: b.LastOffset, AcknowledgeTypes: b.AcknowledgeTypes})
-			}
-			st.Partitions = append(st.Partitions, sp)
-		}
-		rec.Topics = append(rec.Topics, st)
-	}
+	rec.Topics = req.Topics // the request's acknowledgements, as they came
 	part := ShadowPartitionFor(call.txnID, s.partitions)
 	off, err := s.writer.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
 	if err != nil {

@@ -97,7 +97,7 @@ func rec(txnID string, pid int64, epoch int16, first int64) *ShadowRecord {
 		Version: 1, ProxyID: "proxy-test", TransactionalID: txnID, ProducerID: pid, ProducerEpoch: epoch,
 		GroupID: "g", MemberID: "m",
 		Topics: []ShadowTopic{{TopicID: [16]byte{9}, Partitions: []ShadowPartition{{
-			Partition: 0, Batches: []ShadowBatch{{FirstOffset: first, LastOffset: first, AcknowledgeTypes: []int8{1}}},
+			Partition: 0, AcknowledgementBatches: []ShadowBatch{{FirstOffset: first, LastOffset: first, AcknowledgeTypes: []int8{1}}},
 		}}}},
 	}
 }
@@ -228,7 +228,7 @@ func TestWriterTwoWritesThenNextTransaction(t *testing.T) {
 	}
 	for i, v := range got[shadowTopic] {
 		r, _ := DecodeShadowRecord(v)
-		if r.Topics[0].Partitions[0].Batches[0].FirstOffset != int64(i+1) {
+		if r.Topics[0].Partitions[0].AcknowledgementBatches[0].FirstOffset != int64(i+1) {
 			t.Fatalf("shadow %d out of order: %+v", i, r)
 		}
 	}
