@@ -40,7 +40,9 @@ func marker(p int32, off int64, pid int64, epoch int16, commit bool) logRecord {
 		control: true, transactional: true, key: key, value: []byte{0, 0, 0, 0, 0, 0}}
 }
 
-func tag(r Resolution) int64 { return r.Record.Topics[0].Partitions[0].AcknowledgementBatches[0].FirstOffset }
+func tag(r Resolution) int64 {
+	return r.Record.Topics[0].Partitions[0].AcknowledgementBatches[0].FirstOffset
+}
 
 func TestResolver(t *testing.T) {
 	var got []Resolution
