@@ -30,7 +30,9 @@ func DefaultDataDir() string {
 }
 
 // StartEmbedded starts an embedded cluster of n brokers on loopback with its
-// data in dir (a restart with the same dir keeps topics and offsets).
+// data in dir (a restart with the same dir keeps topics and offsets). Its
+// responses carry no null where Apache Kafka's clients want a list (see
+// nullFixListen).
 func StartEmbedded(dir string, n int, opts ...kfake.Opt) (*Embedded, error) {
 	if dir == "" {
 		dir = DefaultDataDir()
@@ -41,6 +43,7 @@ func StartEmbedded(dir string, n int, opts ...kfake.Opt) (*Embedded, error) {
 	all := append([]kfake.Opt{
 		kfake.NumBrokers(n),
 		kfake.DataDir(dir),
+		kfake.ListenFn(nullFixListen),
 	}, opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {
