@@ -231,6 +231,10 @@ func init() {
 				}
 				p := kmsg.NewShareFetchResponseTopicPartition()
 				p.Partition = part
+				// Records is not nullable from v1 on (kmsg still
+				// encodes a nil as null): kafka-clients fails the
+				// whole response on a null.
+				p.Records = []byte{}
 				if reject {
 					setHeldAckError(&p)
 				}
