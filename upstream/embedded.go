@@ -30,9 +30,9 @@ func DefaultDataDir() string {
 }
 
 // StartEmbedded starts an embedded cluster of n brokers on loopback with its
-// data in dir (a restart with the same dir keeps topics and offsets). Its
-// responses carry no null where Apache Kafka's clients want a list (see
-// nullFixListen).
+// data in dir (a restart with the same dir keeps topics and offsets). It
+// answers Apache Kafka's Java clients as Kafka's brokers do where kfake
+// alone would not (see compatListen).
 func StartEmbedded(dir string, n int, opts ...kfake.Opt) (*Embedded, error) {
 	if dir == "" {
 		dir = DefaultDataDir()
@@ -43,7 +43,7 @@ func StartEmbedded(dir string, n int, opts ...kfake.Opt) (*Embedded, error) {
 	all := append([]kfake.Opt{
 		kfake.NumBrokers(n),
 		kfake.DataDir(dir),
-		kfake.ListenFn(nullFixListen),
+		kfake.ListenFn(compatListen),
 	}, opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {

@@ -206,6 +206,18 @@ func (c *rawClient) check(key, v int16, body []byte) {
 			c.bad = append(c.bad, fmt.Sprintf("%s v%d: null %s (Kafka's brokers send an empty one; kafka-clients does not take a null here)", n.Path, v, n.Type))
 		}
 	}
+	c.flush()
+}
+
+// wrong notes an answer Kafka's brokers would not give.
+func (c *rawClient) wrong(format string, args ...any) {
+	c.t.Helper()
+	c.bad = append(c.bad, fmt.Sprintf(format, args...))
+	c.flush()
+}
+
+func (c *rawClient) flush() {
+	c.t.Helper()
 	if c.strict {
 		for _, b := range c.bad {
 			c.t.Error(b)
@@ -456,6 +468,35 @@ func javaFlow(t *testing.T, c *rawClient) {
 	of.Topics = append(of.Topics, oft)
 	c.do(of)
 
+	// A group that never committed (the copier's, before its first
+	// transaction; ConsoleConsumer --group): Kafka answers offset -1 and no
+	// error, at the newest version and at v7 (one group per request).
+	for _, v := range []int16{c.version(int16(kmsg.OffsetFetch)), 7} {
+		of := kmsg.NewPtrOffsetFetchRequest()
+		og := kmsg.NewOffsetFetchRequestGroup()
+		og.Group, og.MemberEpoch = "fresh", -1
+		ot := kmsg.NewOffsetFetchRequestGroupTopic()
+		ot.Topic, ot.TopicID, ot.Partitions = "txn", ids["txn"], []int32{0}
+		og.Topics = append(og.Topics, ot)
+		of.Group, of.Groups = "fresh", append(of.Groups, og)
+		oft := kmsg.NewOffsetFetchRequestTopic()
+		oft.Topic, oft.Partitions = "txn", []int32{0}
+		of.Topics = append(of.Topics, oft)
+		r := c.doAt(of, v).(*kmsg.OffsetFetchResponse)
+		code, offset := r.ErrorCode, int64(0)
+		if v >= 8 && len(r.Groups) == 1 {
+			code = r.Groups[0].ErrorCode
+			if ts := r.Groups[0].Topics; len(ts) == 1 && len(ts[0].Partitions) == 1 {
+				offset = ts[0].Partitions[0].Offset
+			}
+		} else if v < 8 && len(r.Topics) == 1 && len(r.Topics[0].Partitions) == 1 {
+			offset = r.Topics[0].Partitions[0].Offset
+		}
+		if code != 0 || offset != -1 {
+			c.wrong("OffsetFetchResponse v%d of a group that never committed: error %d, offset %d (Kafka's brokers: no error, offset -1)", v, code, offset)
+		}
+	}
+
 	// ---- fetches: read_uncommitted and read_committed (ConsoleConsumer)
 	for _, iso := range []int8{0, 1} {
 		fr := kmsg.NewPtrFetchRequest()
@@ -657,10 +698,10 @@ func TestEmbeddedClusterJavaNulls(t *testing.T) {
 	}
 }
 
-// TestEmbeddedClusterNullsUnfixed is the canary of the fix: the cluster
-// without nullFixListen still sends the nulls it replaces. If this fails,
-// franz-go's kfake no longer sends them and nullFixListen can go.
-func TestEmbeddedClusterNullsUnfixed(t *testing.T) {
+// TestEmbeddedClusterUnfixed is the canary of the fix: the cluster
+// without compatListen still gives the answers it fixes. If this fails,
+// franz-go's kfake no longer does, and that fix can go.
+func TestEmbeddedClusterUnfixed(t *testing.T) {
 	schemas := requireSchemas(t)
 	e, err := StartEmbedded(t.TempDir(), 1, kfake.ListenFn(net.Listen))
 	if err != nil {
@@ -683,8 +724,15 @@ func TestEmbeddedClusterNullsUnfixed(t *testing.T) {
 			found = found || n.Path == w
 		}
 		if !found {
-			t.Errorf("kfake no longer sends a null %s: drop its fix from fixNulls", w)
+			t.Errorf("kfake no longer sends a null %s: drop its fix from compatFixes", w)
 		}
+	}
+	found := false
+	for _, b := range c.bad {
+		found = found || strings.HasPrefix(b, "OffsetFetchResponse")
+	}
+	if !found {
+		t.Error("kfake now answers OffsetFetch of an unknown group as Kafka does: drop its fix from compatFixes")
 	}
 	t.Logf("unfixed, the cluster fails the check with:\n%s", strings.Join(c.bad, "\n"))
 }
