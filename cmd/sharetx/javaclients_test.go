@@ -51,7 +51,7 @@ func TestJavaClientsZeroConfig(t *testing.T) {
 		records = "2000"
 	}
 	// 2000 records and 3 s of consumer idleness: the run is mostly the
-	// tools' 13 JVM start-ups (about 20 s on an idle 2-core machine).
+	// tools' 13 JVM start-ups.
 	idle := os.Getenv("JC_IDLE_MS")
 	if idle == "" {
 		idle = "3000"
