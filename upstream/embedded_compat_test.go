@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -671,11 +672,12 @@ func sweep(t *testing.T, c *rawClient) {
 	}
 }
 
-// TestEmbeddedClusterJavaNulls checks the embedded cluster's answers to what
+// TestEmbeddedClusterForJava checks the embedded cluster's answers to what
 // Kafka's Java clients ask against Kafka's own schemas (kafka-clients 4.4):
-// no null where the schema forbids one, and no null list or byte array
-// anywhere Kafka's brokers send an empty one (see javaTakesNull).
-func TestEmbeddedClusterJavaNulls(t *testing.T) {
+// no null where the schema forbids one, no null list or byte array anywhere
+// Kafka's brokers send an empty one (see javaTakesNull), and the answers
+// compatFixes corrects given as Kafka gives them.
+func TestEmbeddedClusterForJava(t *testing.T) {
 	schemas := requireSchemas(t)
 	e, err := StartEmbedded(t.TempDir(), 1)
 	if err != nil {
@@ -735,4 +737,76 @@ func TestEmbeddedClusterUnfixed(t *testing.T) {
 		t.Error("kfake now answers OffsetFetch of an unknown group as Kafka does: drop its fix from compatFixes")
 	}
 	t.Logf("unfixed, the cluster fails the check with:\n%s", strings.Join(c.bad, "\n"))
+}
+
+// captureConn is a net.Conn that records what is written to it.
+type captureConn struct {
+	net.Conn
+	out []byte
+}
+
+func (c *captureConn) Write(p []byte) (int, error) { c.out = append(c.out, p...); return len(p), nil }
+
+// TestCompatConnPieces: requests read a byte at a time and responses
+// written in pieces are still matched and fixed, and a response of a key
+// with nothing to fix passes byte for byte.
+func TestCompatConnPieces(t *testing.T) {
+	inner := &captureConn{}
+	c := &compatConn{Conn: inner, pending: map[int32]pendingReq{}}
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("pieces"))
+
+	of := kmsg.NewPtrOffsetFetchRequest()
+	og := kmsg.NewOffsetFetchRequestGroup()
+	og.Group, og.MemberEpoch = "fresh", -1
+	ot := kmsg.NewOffsetFetchRequestGroupTopic()
+	ot.Topic, ot.Partitions = "t", []int32{0, 1}
+	og.Topics = append(og.Topics, ot)
+	of.Groups = append(of.Groups, og)
+	of.SetVersion(9)
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.SetVersion(12)
+	in := f.AppendRequest(nil, of, 7)
+	in = f.AppendRequest(in, meta, 8)
+	for i := range in {
+		c.noteRequests(in[i : i+1])
+	}
+
+	resp := of.ResponseKind().(*kmsg.OffsetFetchResponse)
+	g := kmsg.NewOffsetFetchResponseGroup()
+	g.Group, g.ErrorCode = "fresh", kerr.GroupIDNotFound.Code
+	resp.Groups = append(resp.Groups, g)
+	frame := func(corr int32, r kmsg.Response) []byte {
+		b := binary.BigEndian.AppendUint32(nil, 0)
+		b = binary.BigEndian.AppendUint32(b, uint32(corr))
+		if r.IsFlexible() {
+			b = append(b, 0)
+		}
+		b = r.AppendTo(b)
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+		return b
+	}
+	mresp := meta.ResponseKind()
+	out := append(frame(7, resp), frame(8, mresp)...)
+	for _, piece := range [][]byte{out[:3], out[3:10], out[10:]} {
+		if n, err := c.Write(piece); err != nil || n != len(piece) {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+	}
+
+	size := binary.BigEndian.Uint32(inner.out)
+	fixed := kmsg.NewPtrOffsetFetchResponse()
+	fixed.Version = 9
+	if err := fixed.ReadFrom(inner.out[9 : 4+size]); err != nil {
+		t.Fatal(err)
+	}
+	if len(fixed.Groups) != 1 || fixed.Groups[0].ErrorCode != 0 || len(fixed.Groups[0].Topics) != 1 ||
+		len(fixed.Groups[0].Topics[0].Partitions) != 2 || fixed.Groups[0].Topics[0].Partitions[1].Offset != -1 {
+		t.Fatalf("OffsetFetch not fixed: %+v", fixed.Groups)
+	}
+	if rest := inner.out[4+size:]; string(rest) != string(frame(8, mresp)) {
+		t.Error("the Metadata response was changed")
+	}
+	if len(c.pending) != 0 || len(c.wbuf) != 0 {
+		t.Errorf("left over: %d pending, %d bytes buffered", len(c.pending), len(c.wbuf))
+	}
 }
