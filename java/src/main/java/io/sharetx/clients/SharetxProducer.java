@@ -171,12 +171,20 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                     }
                 }
             }
-            long deadline = System.currentTimeMillis() + settings.maxBlockMs;
-            if (!touched) {
-                touch(deadline);
-                touched = true;
+            if (abortableError != null) {
+                // As the reference client in its abortable state: nothing more in this transaction.
+                throw new KafkaException("Cannot send share acknowledgements: an earlier call of this transaction failed ("
+                    + abortableError.getMessage() + "); abort the transaction", abortableError);
             }
+            long deadline = System.currentTimeMillis() + settings.maxBlockMs;
             try {
+                if (!touched) {
+                    // Is a sidecar there? (ApiVersions on the library's connection.) Before the
+                    // touch, so that a producer connected straight to the cluster writes nothing.
+                    probeSidecar(deadline);
+                    touch(deadline);
+                    touched = true;
+                }
                 stage(acknowledgements, groupMetadata, deadline);
                 unresolvedCall = false;
             } catch (TimeoutException e) {
@@ -314,6 +322,26 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 settings.saslMechanism, settings.jaasConfig, settings.requestTimeoutMs);
         }
         return sidecar;
+    }
+
+    private void probeSidecar(long deadline) {
+        KafkaException last = null;
+        while (System.currentTimeMillis() < deadline) {
+            String addr = sidecar().anyBootstrap();
+            try {
+                sidecar().probe(addr, deadline);
+                return;
+            } catch (IOException e) {
+                last = new KafkaException("sharetx-clients: connecting to " + addr + ": " + e, e);
+                sleep(Math.min(settings.retryBackoffMs, Math.max(1, deadline - System.currentTimeMillis())));
+            }
+        }
+        TimeoutException te = new TimeoutException("sharetx-clients: no sidecar reached within max.block.ms"
+            + (last != null ? ": " + last.getMessage() : ""));
+        if (last != null) {
+            te.initCause(last);
+        }
+        throw te;
     }
 
     private void stage(ShareAcknowledgements acks, ShareGroupMetadata md, long deadline) {

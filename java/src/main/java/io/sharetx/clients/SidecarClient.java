@@ -92,6 +92,11 @@ final class SidecarClient implements Closeable {
         }
     }
 
+    /** Opens (or reuses) the connection to {@code address}: ApiVersions says whether it serves the key. */
+    void probe(String address, long deadlineMs) throws IOException {
+        conn(address, deadlineMs);
+    }
+
     private Conn conn(String address, long deadlineMs) throws IOException {
         Conn c = conns.get(address);
         if (c != null) {
