@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo bench
+.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo bench test-java test-java-compat
 
 run:
 	go run ./cmd/sharetx
@@ -58,6 +58,34 @@ kafka-down:
 
 kafka-status:
 	@e2e/kafka/kafka.sh status
+
+# The Java library (java/, io.sharetx:sharetx-clients): its unit tests and the KIP-1289 scenarios
+# (java/src/test/.../ScenariosTest.java) through a proxy built from this tree, started on free
+# ports in front of a real cluster (java/test-with-proxy.sh sets SHARETX_BOOTSTRAP, so the
+# scenarios run, never skip). It uses the cluster registered in KAFKA_E2E_DIR when one is running
+# (any node count, never stopped or re-formatted here), else starts one with kafka.sh up.
+# kafka-clients $(KAFKA_VERSION) against Kafka $(KAFKA_VERSION); mvn runs offline (MVN_OFFLINE=0
+# lets it fill the Maven cache).
+test-java:
+	@if e2e/kafka/kafka.sh status >/dev/null 2>&1; then \
+	  running=$$(e2e/kafka/kafka.sh status | head -n 1); \
+	  case "$$running" in "Kafka $(KAFKA_VERSION) "*) ;; *) echo "a cluster other than Kafka $(KAFKA_VERSION) is running ($$running): set KAFKA_E2E_DIR and KAFKA_BASE_PORT for another one"; exit 1;; esac; \
+	  seeds=$$(e2e/kafka/kafka.sh bootstrap); \
+	else seeds=$$($(KAFKA) up | tail -n 1); fi && \
+	echo "== Java library, kafka-clients $(KAFKA_VERSION) through the proxy to Kafka $(KAFKA_VERSION) at $$seeds" && \
+	java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(KAFKA_VERSION)
+
+# The same with kafka-clients 4.2.2 against Kafka 4.2.2, on a one-node cluster of its own
+# (JAVA_COMPAT_DIR, ports from JAVA_COMPAT_PORT), stopped afterwards.
+JAVA_COMPAT_VERSION ?= 4.2.2
+JAVA_COMPAT_DIR ?= /tmp/sharetx-kafka-java-$(JAVA_COMPAT_VERSION)
+JAVA_COMPAT_PORT ?= 29092
+JAVA_COMPAT_KAFKA := KAFKA_VERSION=$(JAVA_COMPAT_VERSION) KAFKA_NODES=1 KAFKA_E2E_DIR=$(JAVA_COMPAT_DIR) KAFKA_BASE_PORT=$(JAVA_COMPAT_PORT) e2e/kafka/kafka.sh
+test-java-compat:
+	@seeds=$$($(JAVA_COMPAT_KAFKA) up | tail -n 1) || exit 1; \
+	echo "== Java library, kafka-clients $(JAVA_COMPAT_VERSION) through the proxy to Kafka $(JAVA_COMPAT_VERSION) at $$seeds"; \
+	rc=0; java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
+	$(JAVA_COMPAT_KAFKA) down; exit $$rc
 
 # Chaos test of transactional share-group acknowledgements (e2e/chaos): starts
 # (or reuses) a three-node cluster, then one phase per fault (none, worker-kill,
