@@ -61,8 +61,9 @@ kafka-status:
 
 # The Java library (java/, io.sharetx:sharetx-clients): its unit tests and the KIP-1289 scenarios
 # (java/src/test/.../ScenariosTest.java) through a proxy built from this tree, started on free
-# ports in front of a real cluster (java/test-with-proxy.sh sets SHARETX_BOOTSTRAP, so the
-# scenarios run, never skip). It uses the cluster registered in KAFKA_E2E_DIR when one is running
+# ports in front of a real cluster, and a second one in front of its SASL listener
+# (java/test-with-proxy.sh sets SHARETX_BOOTSTRAP and SHARETX_SASL_BOOTSTRAP, so the scenarios
+# run, never skip). It uses the cluster registered in KAFKA_E2E_DIR when one is running
 # (any node count, never stopped or re-formatted here), else starts one with kafka.sh up.
 # kafka-clients $(KAFKA_VERSION) against Kafka $(KAFKA_VERSION); mvn runs offline (MVN_OFFLINE=0
 # lets it fill the Maven cache).
@@ -72,8 +73,9 @@ test-java:
 	  case "$$running" in "Kafka $(KAFKA_VERSION) "*) ;; *) echo "a cluster other than Kafka $(KAFKA_VERSION) is running ($$running): set KAFKA_E2E_DIR and KAFKA_BASE_PORT for another one"; exit 1;; esac; \
 	  seeds=$$(e2e/kafka/kafka.sh bootstrap); \
 	else seeds=$$($(KAFKA) up | tail -n 1); fi && \
-	echo "== Java library, kafka-clients $(KAFKA_VERSION) through the proxy to Kafka $(KAFKA_VERSION) at $$seeds" && \
-	java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(KAFKA_VERSION)
+	sasl_seeds=$$(e2e/kafka/kafka.sh sasl-bootstrap) && \
+	echo "== Java library, kafka-clients $(KAFKA_VERSION) through the proxy to Kafka $(KAFKA_VERSION) at $$seeds (SASL $$sasl_seeds)" && \
+	SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(KAFKA_VERSION)
 
 # The same with kafka-clients 4.2.2 against Kafka 4.2.2, on a one-node cluster of its own
 # (JAVA_COMPAT_DIR, ports from JAVA_COMPAT_PORT), stopped afterwards.
@@ -82,9 +84,9 @@ JAVA_COMPAT_DIR ?= /tmp/sharetx-kafka-java-$(JAVA_COMPAT_VERSION)
 JAVA_COMPAT_PORT ?= 29092
 JAVA_COMPAT_KAFKA := KAFKA_VERSION=$(JAVA_COMPAT_VERSION) KAFKA_NODES=1 KAFKA_E2E_DIR=$(JAVA_COMPAT_DIR) KAFKA_BASE_PORT=$(JAVA_COMPAT_PORT) e2e/kafka/kafka.sh
 test-java-compat:
-	@seeds=$$($(JAVA_COMPAT_KAFKA) up | tail -n 1) || exit 1; \
-	echo "== Java library, kafka-clients $(JAVA_COMPAT_VERSION) through the proxy to Kafka $(JAVA_COMPAT_VERSION) at $$seeds"; \
-	rc=0; java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
+	@seeds=$$($(JAVA_COMPAT_KAFKA) up | tail -n 1) && sasl_seeds=$$($(JAVA_COMPAT_KAFKA) sasl-bootstrap) || exit 1; \
+	echo "== Java library, kafka-clients $(JAVA_COMPAT_VERSION) through the proxy to Kafka $(JAVA_COMPAT_VERSION) at $$seeds (SASL $$sasl_seeds)"; \
+	rc=0; SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
 	$(JAVA_COMPAT_KAFKA) down; exit $$rc
 
 # Chaos test of transactional share-group acknowledgements (e2e/chaos): starts

@@ -7,7 +7,8 @@
 # SHARETX_BOOTSTRAP (the proxy) and SHARETX_KAFKA_BOOTSTRAP (the cluster) set, and stops the
 # proxy it started. Exit status: mvn's. The proxy's log is kept in $SHARETX_JAVA_WORK (printed).
 #
-# Env: MVN_OFFLINE (1: -o; 0 lets mvn download what the cache lacks)  SHARETX_JAVA_WORK (a temp dir)
+# Env: SASL_SEEDS (the cluster's SASL_PLAINTEXT listener: a second proxy in front of it, for the
+#      SASL tests; SHARETX_SASL_BOOTSTRAP)  MVN_OFFLINE (1: -o; 0 lets mvn download what the cache lacks)  SHARETX_JAVA_WORK (a temp dir)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SEEDS=${1:?usage: java/test-with-proxy.sh SEEDS [mvn args...]}
@@ -20,34 +21,49 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 t0=$SECONDS
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/sharetx" ./cmd/sharetx)
-BS=127.0.0.1:$(free_port)
-MET=127.0.0.1:$(free_port)
-# Broker listeners on free ports too (clients learn them from the rewritten metadata).
-SHARETX_LISTEN_BROKER_PORT_BASE=0 "$WORK/sharetx" --upstream "$SEEDS" --bootstrap "$BS" --metrics "$MET" \
-  >"$WORK/proxy.log" 2>&1 &
-PID=$!
+# start_proxy NAME UPSTREAM [ENV=VALUE...]: a proxy on free ports; sets NAME_BS, NAME_PID.
+PIDS=()
 stop() {
-  if kill -0 "$PID" 2>/dev/null; then
-    kill -TERM "$PID" 2>/dev/null || true
-    for _ in $(seq 1 150); do kill -0 "$PID" 2>/dev/null || break; sleep 0.2; done
-    kill -0 "$PID" 2>/dev/null && kill -KILL "$PID" 2>/dev/null || true
-  fi
-  wait "$PID" 2>/dev/null || true
+  local pid
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 trap stop EXIT
+start_proxy() {
+  local name=$1 upstream=$2 bs met pid deadline
+  shift 2
+  bs=127.0.0.1:$(free_port); met=127.0.0.1:$(free_port)
+  # Broker listeners on free ports too (clients learn them from the rewritten metadata).
+  env SHARETX_LISTEN_BROKER_PORT_BASE=0 "$@" "$WORK/sharetx" --upstream "$upstream" --bootstrap "$bs" --metrics "$met" \
+    >"$WORK/proxy-$name.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  deadline=$((SECONDS + 90))
+  until curl -sf "http://$met/readyz" >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null; then log "proxy $name exited:"; tail -30 "$WORK/proxy-$name.log" >&2; exit 1; fi
+    if [ $SECONDS -ge $deadline ]; then log "proxy $name not ready after 90 s:"; tail -30 "$WORK/proxy-$name.log" >&2; exit 1; fi
+    sleep 0.3
+  done
+  log "proxy $name pid $pid at $bs (metrics $met) in front of $upstream, ready at $((SECONDS - t0)) s; log $WORK/proxy-$name.log"
+  printf -v "${name}_BS" '%s' "$bs"
+}
 
-deadline=$((SECONDS + 90))
-until curl -sf "http://$MET/readyz" >/dev/null 2>&1; do
-  if ! kill -0 "$PID" 2>/dev/null; then log "the proxy exited:"; tail -30 "$WORK/proxy.log" >&2; exit 1; fi
-  if [ $SECONDS -ge $deadline ]; then log "the proxy is not ready after 90 s:"; tail -30 "$WORK/proxy.log" >&2; exit 1; fi
-  sleep 0.3
-done
-log "proxy pid $PID at $BS (metrics $MET) in front of $SEEDS, ready after $((SECONDS - t0)) s; log $WORK/proxy.log"
+start_proxy plain "$SEEDS"
+sasl_BS=
+if [ -n "${SASL_SEEDS:-}" ]; then
+  # The proxy's own principal on the SASL listener (kafka.sh's test user); clients authenticate as themselves.
+  start_proxy sasl "$SASL_SEEDS" SHARETX_UPSTREAM_SASL_MECHANISM=SCRAM-SHA-256 SHARETX_UPSTREAM_SASL_USERNAME=sharetx \
+    SHARETX_UPSTREAM_SASL_PASSWORD=sharetx-secret
+fi
 
 offline=-o
 [ "${MVN_OFFLINE:-1}" = 0 ] && offline=
 rc=0
-(cd "$ROOT/java" && SHARETX_BOOTSTRAP=$BS SHARETX_KAFKA_BOOTSTRAP=$SEEDS mvn -B $offline "$@" test) || rc=$?
-if [ $rc != 0 ]; then log "mvn failed (rc=$rc); proxy log tail:"; grep -E 'level=(WARN|ERROR)' "$WORK/proxy.log" | tail -20 >&2 || true; fi
+(cd "$ROOT/java" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$SEEDS mvn -B $offline "$@" test) || rc=$?
+if [ $rc != 0 ]; then log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true; fi
 log "done in $((SECONDS - t0)) s (rc=$rc)"
 exit $rc

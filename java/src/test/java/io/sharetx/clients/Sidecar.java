@@ -52,19 +52,52 @@ final class Sidecar {
         return prefix + "-" + RUN + "-" + SEQ.incrementAndGet();
     }
 
-    static Admin admin() {
-        return Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap()));
+    /** Optional: a second proxy in front of the cluster's SASL_PLAINTEXT listener (test-with-proxy.sh sets it). */
+    static final String SASL_BOOTSTRAP_ENV = "SHARETX_SASL_BOOTSTRAP";
+
+    /** A client configuration: the sidecar's address and the security settings to reach it with. */
+    static Map<String, Object> plain() {
+        Map<String, Object> m = new HashMap<>();
+        m.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+        return m;
+    }
+
+    /** SASL_PLAINTEXT as {@code user} with {@code mechanism}, through the SASL proxy; skipped without it. */
+    static Map<String, Object> sasl(String mechanism, String user, String password) {
+        bootstrap();
+        String bs = System.getenv(SASL_BOOTSTRAP_ENV);
+        Assumptions.assumeTrue(bs != null && !bs.isBlank(), SASL_BOOTSTRAP_ENV + " is not set: no proxy in front of a SASL listener");
+        String module = mechanism.equals("PLAIN") ? "org.apache.kafka.common.security.plain.PlainLoginModule"
+            : "org.apache.kafka.common.security.scram.ScramLoginModule";
+        Map<String, Object> m = new HashMap<>();
+        m.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bs.trim());
+        m.put("security.protocol", "SASL_PLAINTEXT");
+        m.put("sasl.mechanism", mechanism);
+        m.put("sasl.jaas.config", module + " required username=\"" + user + "\" password=\"" + password + "\";");
+        return m;
+    }
+
+    static Admin admin(Map<String, Object> conf) {
+        return Admin.create(new HashMap<>(conf));
     }
 
     /** A topic with {@code partitions} partitions and {@code records} records value-0.., and a share group reading it from the start. */
     static final class Setup implements AutoCloseable {
-        final Admin admin = admin();
+        final Map<String, Object> conf;
+        final Admin admin;
         final String in = unique("jin");
         final String out = unique("jout");
         final String group = unique("jgroup");
         final List<AutoCloseable> closeables = new ArrayList<>();
 
         Setup(int partitions, int records) throws Exception {
+            this(partitions, records, plain());
+        }
+
+        /** As above, every client configured with {@code conf} (bootstrap and security). */
+        Setup(int partitions, int records, Map<String, Object> conf) throws Exception {
+            this.conf = conf;
+            this.admin = admin(conf);
             admin.createTopics(List.of(new NewTopic(in, partitions, (short) -1), new NewTopic(out, 1, (short) -1))).all().get();
             ConfigResource g = new ConfigResource(ConfigResource.Type.GROUP, group);
             admin.incrementalAlterConfigs(Map.of(g, List.of(new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"),
@@ -76,8 +109,9 @@ final class Sidecar {
             if (n == 0) {
                 return;
             }
-            try (KafkaProducer<String, String> p = new KafkaProducer<>(Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap(),
-                ProducerConfig.LINGER_MS_CONFIG, 0), new StringSerializer(), new StringSerializer())) {
+            Map<String, Object> pc = new HashMap<>(conf);
+            pc.put(ProducerConfig.LINGER_MS_CONFIG, 0);
+            try (KafkaProducer<String, String> p = new KafkaProducer<>(pc, new StringSerializer(), new StringSerializer())) {
                 for (int i = from; i < from + n; i++) {
                     p.send(new ProducerRecord<>(in, null, "key-" + i, "value-" + i));
                 }
@@ -86,8 +120,7 @@ final class Sidecar {
         }
 
         KafkaShareConsumer<String, String> consumer(String clientId, Map<String, Object> extra) {
-            Map<String, Object> c = new HashMap<>();
-            c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+            Map<String, Object> c = new HashMap<>(conf);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
             c.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
             c.putAll(extra);
@@ -102,8 +135,7 @@ final class Sidecar {
         }
 
         SharetxProducer<String, String> producer(String txnId, Map<String, Object> extra) {
-            Map<String, Object> c = new HashMap<>();
-            c.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+            Map<String, Object> c = new HashMap<>(conf);
             c.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
             c.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, 60_000);
             c.putAll(extra);
@@ -149,8 +181,7 @@ final class Sidecar {
          * the broker acknowledged are never delivered again.
          */
         List<ConsumerRecord<String, String>> leftForFreshMember(Duration quiet) {
-            Map<String, Object> c = new HashMap<>();
-            c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+            Map<String, Object> c = new HashMap<>(conf);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
             c.put(ConsumerConfig.CLIENT_ID_CONFIG, unique("jfresh"));
             List<ConsumerRecord<String, String>> got = new ArrayList<>();
@@ -172,8 +203,7 @@ final class Sidecar {
 
         /** The committed values of the output topic (read_committed), read for {@code quiet}. */
         List<String> committedOutputs(Duration quiet) {
-            Map<String, Object> c = new HashMap<>();
-            c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+            Map<String, Object> c = new HashMap<>(conf);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, unique("jread"));
             c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
             c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
