@@ -196,10 +196,21 @@ class ScenariosTest {
                 assertThrows(KafkaException.class, p::commitTransaction, "commit after an abortable error");
                 p.abortTransaction();
             }
-            // The reference client's metadata, right: stages.
-            p.beginTransaction();
-            p.sendShareAcknowledgementsToTransaction(acks, s.memberOf(clientId));
-            p.abortTransaction();
+            // The reference client's metadata, right: stages (the epoch read from the group may
+            // move on meanwhile: a new transaction with the newer one).
+            for (int attempt = 1; ; attempt++) {
+                p.beginTransaction();
+                try {
+                    p.sendShareAcknowledgementsToTransaction(acks, s.memberOf(clientId));
+                    p.abortTransaction();
+                    break;
+                } catch (CommitFailedException e) {
+                    p.abortTransaction();
+                    if (attempt == 3) {
+                        throw e;
+                    }
+                }
+            }
             ShareTransactions.releaseForRedelivery(c, rs);
             s.closeClients();
             List<ConsumerRecord<String, String>> left = s.leftForFreshMember(QUIET);
