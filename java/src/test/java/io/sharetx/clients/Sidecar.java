@@ -98,6 +98,15 @@ final class Sidecar {
         Setup(int partitions, int records, Map<String, Object> conf) throws Exception {
             this.conf = conf;
             this.admin = admin(conf);
+            try {
+                init(partitions, records);
+            } catch (Exception | Error e) {
+                admin.close(Duration.ofSeconds(5)); // a leaked admin thread would keep the test JVM alive
+                throw e;
+            }
+        }
+
+        private void init(int partitions, int records) throws Exception {
             admin.createTopics(List.of(new NewTopic(in, partitions, (short) -1), new NewTopic(out, 1, (short) -1))).all().get();
             ConfigResource g = new ConfigResource(ConfigResource.Type.GROUP, group);
             admin.incrementalAlterConfigs(Map.of(g, List.of(new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"),
