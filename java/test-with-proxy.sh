@@ -38,7 +38,8 @@ start_proxy() {
   shift 2
   bs=127.0.0.1:$(free_port); met=127.0.0.1:$(free_port)
   # Broker listeners on free ports too (clients learn them from the rewritten metadata).
-  env SHARETX_LISTEN_BROKER_PORT_BASE=0 "$@" "$WORK/sharetx" --upstream "$upstream" --bootstrap "$bs" --metrics "$met" \
+  # SHARETX_JAVA_WORK is this script's, not a proxy setting (the proxy refuses unknown SHARETX_ names).
+  env -u SHARETX_JAVA_WORK SHARETX_LISTEN_BROKER_PORT_BASE=0 "$@" "$WORK/sharetx" --upstream "$upstream" --bootstrap "$bs" --metrics "$met" \
     >"$WORK/proxy-$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
