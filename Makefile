@@ -65,8 +65,8 @@ kafka-status:
 # (java/test-with-proxy.sh sets SHARETX_BOOTSTRAP and SHARETX_SASL_BOOTSTRAP, so the scenarios
 # run, never skip). It uses the cluster registered in KAFKA_E2E_DIR when one is running
 # (any node count, never stopped or re-formatted here), else starts one with kafka.sh up.
-# kafka-clients $(KAFKA_VERSION) against Kafka $(KAFKA_VERSION); mvn runs offline (MVN_OFFLINE=0
-# lets it fill the Maven cache).
+# kafka-clients $(KAFKA_VERSION) against Kafka $(KAFKA_VERSION); mvn fills the Maven cache the
+# first time and needs no network after (MVN_OFFLINE=1 runs it with -o).
 test-java:
 	@if e2e/kafka/kafka.sh status >/dev/null 2>&1; then \
 	  running=$$(e2e/kafka/kafka.sh status | head -n 1); \

@@ -8,7 +8,7 @@
 # proxy it started. Exit status: mvn's. The proxy's log is kept in $SHARETX_JAVA_WORK (printed).
 #
 # Env: SASL_SEEDS (the cluster's SASL_PLAINTEXT listener: a second proxy in front of it, for the
-#      SASL tests; SHARETX_SASL_BOOTSTRAP)  MVN_OFFLINE (1: -o; 0 lets mvn download what the cache lacks)  SHARETX_JAVA_WORK (a temp dir)
+#      SASL tests; SHARETX_SASL_BOOTSTRAP)  MVN_OFFLINE (1: mvn -o; by default mvn downloads what the Maven cache lacks, the first time only)  SHARETX_JAVA_WORK (a temp dir)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SEEDS=${1:?usage: java/test-with-proxy.sh SEEDS [mvn args...]}
@@ -61,8 +61,8 @@ if [ -n "${SASL_SEEDS:-}" ]; then
     SHARETX_UPSTREAM_SASL_PASSWORD=sharetx-secret
 fi
 
-offline=-o
-[ "${MVN_OFFLINE:-1}" = 0 ] && offline=
+offline=
+[ "${MVN_OFFLINE:-0}" = 1 ] && offline=-o
 rc=0
 (cd "$ROOT/java" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$SEEDS mvn -B $offline "$@" test) || rc=$?
 if [ $rc != 0 ]; then log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true; fi
