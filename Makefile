@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo bench test-java test-java-compat
+.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo bench test-java test-java-embedded test-java-compat
 
 run:
 	go run ./cmd/sharetx
@@ -20,21 +20,31 @@ vet:
 
 # Every test: unit tests, fuzz seeds, and the end-to-end suite against kfake
 # AND a real Apache Kafka cluster (started here from Maven Central jars):
-# the whole suite on one node, then the e2e suite again on three nodes
-# (leaders spread, Java clients following metadata) with the short chaos run
-# (e2e/chaos: worker and proxy kill -9 under load, counted exactly-once).
-# Then a short fuzz of every decoder. The last cluster is left running;
-# `make kafka-down` stops it.
+# - the whole Go suite on one node, then the Java library's tests (JUnit)
+#   through a proxy in front of that node and through the zero-config start
+#   (embedded cluster);
+# - the e2e suite's real-broker halves again on three nodes (leaders spread,
+#   Java clients following metadata; the kfake halves do not depend on the
+#   cluster and ran already) with the short chaos runs (e2e/chaos: worker and
+#   proxy kill -9 under load, counted exactly-once, Go and Java workers);
+# - a short fuzz of every decoder;
+# - the Java library with kafka-clients 4.2.2 against Kafka 4.2.2.
+# The three-node cluster is left running; `make kafka-down` stops it.
 test: vet
 	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 PKGS="$$(go list ./... | grep -v /e2e/chaos | tr "\n" " ")"
-	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 PKGS="./e2e ./e2e/chaos"
+	@$(MAKE) --no-print-directory test-java
+	@$(MAKE) --no-print-directory test-java-embedded
+	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 PKGS="./e2e ./e2e/chaos" E2E_SKIP='/^kfake$$'
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	@$(MAKE) --no-print-directory test-java-compat
 
 PKGS ?= ./...
+# E2E_SKIP: a go test -skip pattern (e.g. '/^kfake$$' skips every test's kfake half).
+E2E_SKIP ?=
 e2e-on:
 	@seeds=$$($(KAFKA) up | tail -n 1) && sasl_seeds=$$($(KAFKA) sasl-bootstrap) && \
 	echo "== real Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s): $$seeds (SASL $$sasl_seeds); go test $(PKGS)" && \
-	E2E_KAFKA_SEEDS=$$seeds E2E_KAFKA_SASL_SEEDS=$$sasl_seeds E2E_REQUIRE_KAFKA=1 go test $(GO_TEST_FLAGS) $(PKGS)
+	E2E_KAFKA_SEEDS=$$seeds E2E_KAFKA_SASL_SEEDS=$$sasl_seeds E2E_REQUIRE_KAFKA=1 go test $(GO_TEST_FLAGS) -skip "$(E2E_SKIP)" $(PKGS)
 
 # The same suite without a real broker (kfake only; the real-broker halves skip).
 test-kfake:
@@ -76,6 +86,12 @@ test-java:
 	sasl_seeds=$$(e2e/kafka/kafka.sh sasl-bootstrap) && \
 	echo "== Java library, kafka-clients $(KAFKA_VERSION) through the proxy to Kafka $(KAFKA_VERSION) at $$seeds (SASL $$sasl_seeds)" && \
 	SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(KAFKA_VERSION)
+
+# The same through the zero-config start: sharetx with no upstream, its embedded cluster (kfake).
+# The tests that need a SASL listener or the cluster's own address skip, saying so.
+test-java-embedded:
+	@echo "== Java library, kafka-clients $(KAFKA_VERSION) through the zero-config start (embedded cluster)"
+	@java/test-with-proxy.sh embedded -Dkafka.version=$(KAFKA_VERSION)
 
 # The same with kafka-clients 4.2.2 against Kafka 4.2.2, on a one-node cluster of its own
 # (JAVA_COMPAT_DIR, ports from JAVA_COMPAT_PORT), stopped afterwards.

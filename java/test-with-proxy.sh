@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# java/test-with-proxy.sh SEEDS [mvn args...]
+# java/test-with-proxy.sh SEEDS|embedded [mvn args...]
 #
 # Runs the Java library's tests (unit tests and the KIP-1289 scenarios) through a sharetx proxy in
-# front of the cluster at SEEDS: builds cmd/sharetx, starts it on free loopback ports, waits for
+# front of the cluster at SEEDS, or (embedded) through the zero-config start, sharetx with no
+# upstream and its embedded cluster (franz-go's kfake): builds cmd/sharetx, starts it on free loopback ports, waits for
 # /readyz, runs `mvn -B -o test` (plus the given args, e.g. -Dkafka.version=4.2.2) with
 # SHARETX_BOOTSTRAP (the proxy) and SHARETX_KAFKA_BOOTSTRAP (the cluster) set, and stops the
 # proxy it started. Exit status: mvn's. The proxy's log is kept in $SHARETX_JAVA_WORK (printed).
@@ -37,9 +38,11 @@ start_proxy() {
   local name=$1 upstream=$2 bs met pid deadline
   shift 2
   bs=127.0.0.1:$(free_port); met=127.0.0.1:$(free_port)
+  local up=(--upstream "$upstream")
+  [ "$upstream" = embedded ] && up=()
   # Broker listeners on free ports too (clients learn them from the rewritten metadata).
   # SHARETX_JAVA_WORK is this script's, not a proxy setting (the proxy refuses unknown SHARETX_ names).
-  env -u SHARETX_JAVA_WORK SHARETX_LISTEN_BROKER_PORT_BASE=0 "$@" "$WORK/sharetx" --upstream "$upstream" --bootstrap "$bs" --metrics "$met" \
+  env -u SHARETX_JAVA_WORK SHARETX_LISTEN_BROKER_PORT_BASE=0 "$@" "$WORK/sharetx" ${up[@]+"${up[@]}"} --bootstrap "$bs" --metrics "$met" \
     >"$WORK/proxy-$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
@@ -54,6 +57,9 @@ start_proxy() {
 }
 
 start_proxy plain "$SEEDS"
+# The cluster's own address, for the test that calls it without a sidecar (none when embedded).
+kafka_BS=$SEEDS
+[ "$SEEDS" = embedded ] && kafka_BS=
 sasl_BS=
 if [ -n "${SASL_SEEDS:-}" ]; then
   # The proxy's own principal on the SASL listener (kafka.sh's test user); clients authenticate as themselves.
@@ -64,7 +70,7 @@ fi
 offline=
 [ "${MVN_OFFLINE:-0}" = 1 ] && offline=-o
 rc=0
-(cd "$ROOT/java" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$SEEDS mvn -B $offline "$@" test) || rc=$?
+(cd "$ROOT/java" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS mvn -B $offline "$@" test) || rc=$?
 if [ $rc != 0 ]; then log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true; fi
 log "done in $((SECONDS - t0)) s (rc=$rc)"
 exit $rc
