@@ -9,6 +9,7 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.InvalidProducerEpochException;
+import org.apache.kafka.common.errors.InvalidRecordStateException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.junit.jupiter.api.Assumptions;
@@ -115,6 +116,45 @@ class ScenariosTest {
             c.poll(Duration.ofMillis(500));
             s.closeClients();
             assertEquals(List.of(), s.leftForFreshMember(QUIET), "a committed REJECT was delivered again");
+        }
+    }
+
+    /**
+     * invalid record state: acknowledgements of records no longer acquired (their transaction
+     * committed) fail with InvalidRecordStateException, an abortable error; the committed outcome
+     * stands and nothing is delivered again.
+     */
+    @Test
+    void acknowledgingCommittedRecordsIsInvalidRecordState() throws Exception {
+        try (Sidecar.Setup s = new Sidecar.Setup(1, 2)) {
+            KafkaShareConsumer<String, String> c = s.consumer();
+            SharetxProducer<String, String> p = s.producer();
+            p.initTransactions();
+            ConsumerRecords<String, String> rs = pollSome(c, POLL);
+            ShareGroupMetadata md = ShareTransactions.shareGroupMetadata(c);
+            ShareAcknowledgements acks = ShareAcknowledgements.fromRecords(rs, AcknowledgeType.ACCEPT);
+            p.beginTransaction();
+            p.sendShareAcknowledgementsToTransaction(acks, md);
+            ShareTransactions.acknowledgeHandedOver(c, rs);
+            p.commitTransaction();
+            p.beginTransaction();
+            assertThrows(InvalidRecordStateException.class, () -> p.sendShareAcknowledgementsToTransaction(acks, md),
+                "the same acknowledgements again, after their commit");
+            assertThrows(KafkaException.class, p::commitTransaction, "commit after an abortable error");
+            p.abortTransaction();
+            // The other input (if the first poll did not bring it) is still to be had; drain it.
+            int done = rs.count();
+            while (done < 2) {
+                ConsumerRecords<String, String> more = pollSome(c, POLL);
+                p.beginTransaction();
+                p.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(more, AcknowledgeType.ACCEPT), md);
+                ShareTransactions.acknowledgeHandedOver(c, more);
+                p.commitTransaction();
+                done += more.count();
+            }
+            c.poll(Duration.ofMillis(500));
+            s.closeClients();
+            assertEquals(List.of(), s.leftForFreshMember(QUIET), "records left after the commit and the refused second staging");
         }
     }
 

@@ -235,10 +235,13 @@ final class Sidecar {
             closeables.clear();
         }
 
+        /** Closes the clients, deletes the topics, closes the admin client; a client's close failure is rethrown unchecked. */
         @Override
-        public void close() throws Exception {
+        public void close() {
             try {
                 closeClients();
+            } catch (Exception e) {
+                throw new IllegalStateException("closing a test client: " + e, e);
             } finally {
                 try {
                     admin.deleteTopics(List.of(in, out)).all().get();
