@@ -8,6 +8,7 @@
 # SHARETX_BOOTSTRAP (the proxy) and SHARETX_KAFKA_BOOTSTRAP (the cluster) set, and stops the
 # proxy it started. Exit status: mvn's. The proxy's log is kept in $SHARETX_JAVA_WORK (printed).
 #
+# A third proxy (SHARETX_STALL_BOOTSTRAP, SHARETX_STALL_PID) is the time-out test's to stop and resume.
 # Env: SASL_SEEDS (the cluster's SASL_PLAINTEXT listener: a second proxy in front of it, for the
 #      SASL tests; SHARETX_SASL_BOOTSTRAP)  MVN_OFFLINE (1: mvn -o; by default mvn downloads what the Maven cache lacks, the first time only)  SHARETX_JAVA_WORK (a temp dir)
 set -euo pipefail
@@ -54,6 +55,7 @@ start_proxy() {
   done
   log "proxy $name pid $pid at $bs (metrics $met) in front of $upstream, ready at $((SECONDS - t0)) s; log $WORK/proxy-$name.log"
   printf -v "${name}_BS" '%s' "$bs"
+  printf -v "${name}_PID" '%s' "$pid"
 }
 
 start_proxy plain "$SEEDS"
@@ -67,10 +69,13 @@ if [ -n "${SASL_SEEDS:-}" ]; then
     SHARETX_UPSTREAM_SASL_PASSWORD=sharetx-secret
 fi
 
+# A proxy of its own for the time-out test, which stops it (SIGSTOP) for a while and resumes it.
+start_proxy stall "$SEEDS"
+
 offline=
 [ "${MVN_OFFLINE:-0}" = 1 ] && offline=-o
 rc=0
-(cd "$ROOT/java" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS mvn -B $offline "$@" test) || rc=$?
+(cd "$ROOT/java" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS SHARETX_STALL_BOOTSTRAP=$stall_BS SHARETX_STALL_PID=$stall_PID mvn -B $offline "$@" test) || rc=$?
 if [ $rc != 0 ]; then log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true; fi
 log "done in $((SECONDS - t0)) s (rc=$rc)"
 exit $rc
