@@ -31,6 +31,9 @@ import java.util.Properties;
  *             ShareTransactions.acknowledgeHandedOver(consumer, records);
  *         } catch (ProducerFencedException e) {
  *             throw e;                                            // another instance took over
+ *         } catch (TimeoutException e) {                         // commit outcome unknown: the next call retries it
+ *             acker.commitAcknowledgements(ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT), groupId);
+ *             ShareTransactions.acknowledgeHandedOver(consumer, records);
  *         } catch (KafkaException e) {                           // aborted already
  *             ShareTransactions.releaseForRedelivery(consumer, records);
  *         }
@@ -45,6 +48,8 @@ public class TransactionalShareAcknowledger implements AutoCloseable {
     private final SharetxProducer<?, ?> producer;
     private final boolean owned;
     private boolean open;
+    /** The acknowledgements whose commit timed out (to be retried), or null. */
+    private ShareAcknowledgements pendingCommit;
 
     /** An acknowledger with a producer of its own, built from {@code configs} (bootstrap.servers = the sidecar, transactional.id). */
     public TransactionalShareAcknowledger(Map<String, Object> configs) {
@@ -88,12 +93,33 @@ public class TransactionalShareAcknowledger implements AutoCloseable {
      * records staged by the call are released by the sidecar) and the error is rethrown, except
      * after fatal errors (ProducerFencedException, UnsupportedVersionException, authorization and
      * authentication failures: close the acknowledger) and a {@code TimeoutException} of the
-     * commit itself, whose outcome is unknown: call {@link #abortAcknowledgements} (if the commit
-     * happened, the abort fails and nothing is lost) or retry.
+     * commit itself, whose outcome is unknown. After that time-out the commit is pending: the
+     * producer may only retry it. Call {@code commitAcknowledgements} again: with the same
+     * acknowledgements it retries the commit and returns once it is done; with others it first
+     * completes the pending commit, then commits them in a transaction of their own. Closing the
+     * acknowledger instead leaves the pending transaction to the coordinator (or to the next
+     * {@code initTransactions} of its transactional id).
      */
     public void commitAcknowledgements(ShareAcknowledgements acknowledgements, ShareGroupMetadata groupMetadata) {
         Objects.requireNonNull(acknowledgements, "acknowledgements cannot be null");
         Objects.requireNonNull(groupMetadata, "groupMetadata cannot be null");
+        if (pendingCommit != null) {
+            ShareAcknowledgements pending = pendingCommit;
+            try {
+                producer.commitTransaction(); // KafkaProducer completes the commit that timed out
+            } catch (TimeoutException e) {
+                throw e; // still pending
+            } catch (KafkaException e) {
+                pendingCommit = null;
+                abortUnlessFatal(e);
+                throw e;
+            }
+            pendingCommit = null;
+            open = false;
+            if (pending.equals(acknowledgements)) {
+                return;
+            }
+        }
         if (acknowledgements.isEmpty()) {
             return;
         }
@@ -112,7 +138,8 @@ public class TransactionalShareAcknowledger implements AutoCloseable {
             producer.commitTransaction();
             open = false;
         } catch (TimeoutException e) {
-            throw e; // outcome unknown: the transaction stays open for abortAcknowledgements or a retry
+            pendingCommit = acknowledgements; // outcome unknown: the next commitAcknowledgements retries it
+            throw e;
         } catch (KafkaException e) {
             abortUnlessFatal(e);
             throw e;
@@ -131,10 +158,19 @@ public class TransactionalShareAcknowledger implements AutoCloseable {
         }
     }
 
-    /** Aborts the acknowledger's open transaction, if any: nothing of it takes effect. */
+    /**
+     * Aborts the acknowledger's open transaction, if any: nothing of it takes effect.
+     *
+     * @throws IllegalStateException if its commit timed out: a commit in flight cannot be aborted
+     *     (KafkaProducer's rule); retry it with {@link #commitAcknowledgements}, or close
+     */
     public void abortAcknowledgements() {
         if (!open) {
             return;
+        }
+        if (pendingCommit != null) {
+            throw new IllegalStateException("sharetx-clients: the last commitAcknowledgements timed out and its commit is pending; "
+                + "call commitAcknowledgements again (with the same acknowledgements to retry it), or close the acknowledger");
         }
         producer.abortTransaction();
         open = false;
@@ -148,11 +184,12 @@ public class TransactionalShareAcknowledger implements AutoCloseable {
 
     public void close(Duration timeout) {
         try {
-            if (open) {
+            if (open && pendingCommit == null) {
                 abortAcknowledgements();
             }
-        } catch (KafkaException ignored) {
-            // closing: the coordinator aborts the transaction when it times out
+        } catch (KafkaException | IllegalStateException ignored) {
+            // closing: the coordinator aborts the transaction when it times out (a pending commit
+            // is settled by the coordinator or the next initTransactions of the transactional id)
         } finally {
             if (owned) {
                 producer.close(timeout);

@@ -75,6 +75,80 @@ class StallTest {
         }
     }
 
+    /**
+     * The acknowledger's commit times out (the sidecar, which also forwards the producer's EndTxn,
+     * is stopped): abortAcknowledgements is refused (a commit in flight cannot be aborted), and
+     * commitAcknowledgements with the same acknowledgements retries the commit and succeeds.
+     */
+    @Test
+    void acknowledgerRetriesATimedOutCommit() throws Exception {
+        String bs = System.getenv("SHARETX_STALL_BOOTSTRAP");
+        String pid = System.getenv("SHARETX_STALL_PID");
+        Assumptions.assumeTrue(bs != null && !bs.isBlank() && pid != null && !pid.isBlank(),
+            "SHARETX_STALL_BOOTSTRAP/SHARETX_STALL_PID are not set: no proxy of this test's own to stop (test-with-proxy.sh starts one)");
+        try (Sidecar.Setup s = new Sidecar.Setup(1, 2, Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bs.trim()))) {
+            KafkaShareConsumer<String, String> c = s.consumer();
+            Map<String, Object> pc = new java.util.HashMap<>(s.conf);
+            pc.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, Sidecar.unique("jstallack"));
+            pc.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, (int) MAX_BLOCK_MS);
+            StallingProducer p = new StallingProducer(pc, pid);
+            try (TransactionalShareAcknowledger acker = new TransactionalShareAcknowledger(p)) {
+                acker.initTransactions();
+                ConsumerRecords<String, String> rs = pollSome(c, ScenariosTest.POLL);
+                ShareAcknowledgements acks = ShareAcknowledgements.fromRecords(rs, AcknowledgeType.ACCEPT);
+                p.stallNextCommit = true;
+                assertThrows(TimeoutException.class, () -> acker.commitAcknowledgements(acks, s.group), "a commit through a stopped sidecar");
+                assertThrows(IllegalStateException.class, acker::abortAcknowledgements, "aborting a commit in flight");
+                acker.commitAcknowledgements(acks, s.group); // the retry
+                ShareTransactions.acknowledgeHandedOver(c, rs);
+                int done = rs.count();
+                while (done < 2) {
+                    ConsumerRecords<String, String> more = pollSome(c, ScenariosTest.POLL);
+                    acker.commitAcknowledgements(ShareAcknowledgements.fromRecords(more, AcknowledgeType.ACCEPT), s.group);
+                    ShareTransactions.acknowledgeHandedOver(c, more);
+                    done += more.count();
+                }
+            } finally {
+                p.close(Duration.ofSeconds(10));
+            }
+            c.poll(Duration.ofMillis(500));
+            s.closeClients();
+            assertEquals(List.of(), s.leftForFreshMember(ScenariosTest.QUIET), "records left after the retried commit");
+        }
+    }
+
+    /** A SharetxProducer whose next commitTransaction runs while the sidecar is stopped (resumed after it returns). */
+    static final class StallingProducer extends SharetxProducer<byte[], byte[]> {
+        final String pid;
+        volatile boolean stallNextCommit;
+
+        StallingProducer(Map<String, Object> conf, String pid) {
+            super(conf, new org.apache.kafka.common.serialization.ByteArraySerializer(), new org.apache.kafka.common.serialization.ByteArraySerializer());
+            this.pid = pid;
+        }
+
+        @Override
+        public void commitTransaction() {
+            if (!stallNextCommit) {
+                super.commitTransaction();
+                return;
+            }
+            stallNextCommit = false;
+            try {
+                signal("STOP", pid);
+                try {
+                    super.commitTransaction();
+                } finally {
+                    signal("CONT", pid);
+                }
+            } catch (RuntimeException e) {
+                throw e;
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        }
+    }
+
     static void signal(String sig, String pid) throws Exception {
         Process k = new ProcessBuilder("kill", "-" + sig, pid).inheritIO().start();
         assertEquals(0, k.waitFor(), "kill -" + sig + " " + pid);
