@@ -108,10 +108,10 @@ public final class CheckpointAcknowledger {
         long in = 0, written = 0, acked = 0, checkpoints = 0, failed = 0;
         long start = System.currentTimeMillis(), lastReport = start, reportedIn = 0;
         int status = 0;
-        try (FileSink sink = new FileSink(sinkPath);
-             TransactionalShareAcknowledger acker = new TransactionalShareAcknowledger(ac)) {
+        TransactionalShareAcknowledger acker = null;
+        try (FileSink sink = new FileSink(sinkPath)) {
             consumer.subscribe(List.of(input));
-            acker.initTransactions(); // fences an earlier instance with the same transactional id
+            acker = newAcknowledger(ac);
             System.out.printf("consuming %s as share group %s into %s (%d records already there), acknowledging in transactions of %s%n",
                 input, group, sinkPath, sink.size(), txnId);
             while (!stopping && (maxRecords == 0 || acked < maxRecords)
@@ -146,15 +146,16 @@ public final class CheckpointAcknowledger {
                 } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
                     throw e; // fatal: another instance took over, or no sidecar
                 } catch (TimeoutException e) {
-                    // The commit's outcome is unknown: abort (that fails if it did commit, and then
-                    // the release below is absorbed).
-                    try {
-                        acker.abortAcknowledgements();
-                    } catch (KafkaException ignored) {
-                        // committed after all
-                    }
-                    ShareTransactions.releaseForRedelivery(consumer, records);
+                    // The outcome is unknown. After a commit that timed out, KafkaProducer takes
+                    // nothing but the commit again, which the acknowledger does not offer (its
+                    // abortAcknowledgements fails too): start a new one. Its initTransactions
+                    // completes or aborts that transaction, and the sidecar applies or releases
+                    // the acknowledgements accordingly.
+                    closeQuietly(acker);
+                    acker = newAcknowledger(ac);
+                    ShareTransactions.releaseForRedelivery(consumer, records); // absorbed if they were staged
                     failed++;
+                    System.out.printf("checkpoint of %d records timed out: %s%n", records.count(), e.getMessage());
                 } catch (KafkaException | IOException e) {
                     // The sink failed, or commitAcknowledgements failed and aborted: nothing was
                     // acknowledged, the records come back.
@@ -169,6 +170,7 @@ public final class CheckpointAcknowledger {
             System.out.println("stopping: " + e);
             status = 1;
         } finally {
+            closeQuietly(acker); // aborts a transaction left open
             consumer.close(Duration.ofSeconds(10));
             System.out.flush();
             done.countDown();
@@ -179,6 +181,24 @@ public final class CheckpointAcknowledger {
     }
 
     private static volatile boolean stopping;
+
+    /** An acknowledger with a producer of its own (bootstrap = the sidecar, transactional.id). */
+    static TransactionalShareAcknowledger newAcknowledger(Map<String, Object> configs) {
+        TransactionalShareAcknowledger acker = new TransactionalShareAcknowledger(configs);
+        acker.initTransactions(); // fences an earlier instance with the same transactional id
+        return acker;
+    }
+
+    static void closeQuietly(TransactionalShareAcknowledger acker) {
+        if (acker == null) {
+            return;
+        }
+        try {
+            acker.close(Duration.ofSeconds(10));
+        } catch (RuntimeException ignored) {
+            // it closed its producer all the same; the coordinator ends what was open
+        }
+    }
 
     /**
      * The sink: appends one line per record and syncs the file; idempotent, because a record may

@@ -149,9 +149,10 @@ public final class ConsumeTransformProduce {
                 } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
                     throw e; // fatal: another instance took over, or no sidecar; the consumer's close releases the records
                 } catch (KafkaException e) {
-                    // Neither the outputs nor the acknowledgements take effect. (If abortTransaction
-                    // throws, e.g. after a commit that timed out, we stop: closing the consumer
-                    // releases the records.)
+                    // Neither the outputs nor the acknowledgements take effect. (After a commit
+                    // that timed out, KafkaProducer refuses the abort, IllegalStateException, and
+                    // takes only the commit again: we stop, and the next start's initTransactions
+                    // completes or aborts the transaction.)
                     producer.abortTransaction();
                     // Needed when staging failed; absorbed (the sidecar released them) when it succeeded.
                     ShareTransactions.releaseForRedelivery(consumer, records);
@@ -159,7 +160,7 @@ public final class ConsumeTransformProduce {
                     System.out.printf("aborted a transaction of %d records: %s%n", records.count(), e.getMessage());
                 }
             }
-        } catch (KafkaException e) {
+        } catch (KafkaException | IllegalStateException e) {
             System.out.println("stopping: " + e);
             status = 1;
         } finally {

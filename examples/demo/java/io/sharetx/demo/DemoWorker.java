@@ -427,7 +427,9 @@ public final class DemoWorker {
         String reason = err == null ? "random abort" : err;
         try {
             txn.abortTransaction();
-        } catch (KafkaException e) {
+        } catch (KafkaException | IllegalStateException e) {
+            // Fenced, or a commit that timed out (KafkaProducer then takes only the commit again):
+            // a new producer's initTransactions completes or aborts the transaction.
             recreateProducer("abort: " + e);
         }
         // Aborted: the records must be redelivered (absorbed if they were staged: sharetx released them).
