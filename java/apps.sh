@@ -16,6 +16,13 @@ offline=()
 version=()
 [ -n "${KAFKA_CLIENTS_VERSION:-}" ] && version=(-Dkafka.version="$KAFKA_CLIENTS_VERSION")
 deps=$J/target/apps-classpath${KAFKA_CLIENTS_VERSION:+-$KAFKA_CLIENTS_VERSION}.txt
+# One build at a time (Go tests of several packages may call this at once): mvn and javac share
+# java/target.
+mkdir -p "$J/target"
+if command -v flock >/dev/null; then
+  exec 9>"$J/target/.apps.lock"
+  flock 9
+fi
 # compile: the library's classes; build-classpath: kafka-clients and what it needs (all of scope
 # provided for this project: no JUnit), written to $deps.
 if ! out=$(cd "$J" && mvn -B -q ${offline[@]+"${offline[@]}"} ${version[@]+"${version[@]}"} compile dependency:build-classpath \

@@ -18,8 +18,9 @@ import (
 // in the Makefile.
 var pendingTargets = map[string]bool{}
 
-// repoDirs are the top-level folders a path in the docs may start with.
-var repoDirs = []string{"cmd/", "configs/", "intercept/", "proxy/", "staging/", "markers/", "upstream/", "client/", "e2e/", "docs/"}
+// repoDirs are the top-level folders a path in the docs may start with (a
+// path under one of them must exist).
+var repoDirs = []string{"cmd/", "configs/", "intercept/", "proxy/", "staging/", "markers/", "upstream/", "client/", "e2e/", "docs/", "java/", "examples/", "kip1289/"}
 
 var (
 	testNameRe = regexp.MustCompile(`\b(?:Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*`)
@@ -222,6 +223,7 @@ func TestDocsCheckFails(t *testing.T) {
 		"SHARETX_KIP1289_CLOSEHOLD=1m",
 		"run make deploycheck",
 		"in `intercept/96_txn.go`",
+		"in `java/examples/NoSuchExample.java`",
 		"[x](nowhere.md)",
 		"[x](operations.md#no-such-heading)",
 		"chaos `proxy-restart`",

@@ -83,7 +83,11 @@ func (m *modeRun) proxyCounters() {
 	if calls < 0 || commits < 0 || absorbed < 0 {
 		return // another version of sharetx
 	}
+	own := "franz-go's implicit acknowledgement at the next poll"
+	if m.d.java != nil {
+		own = "ShareTransactions.acknowledgeHandedOver after a commit, releaseForRedelivery after an abort"
+	}
 	m.say("sharetx's metrics: %d TxnShareAcknowledge calls staged acknowledgements; %d commits and %d aborts resolved them; "+
-		"%d offsets the share consumer ACCEPTed itself while they were staged or committed (franz-go's implicit "+
-		"acknowledgement at the next poll) were absorbed, never forwarded", calls, commits, max(aborts, 0), absorbed)
+		"%d offsets the share consumer acknowledged itself while they were staged or committed (%s) were absorbed, never forwarded",
+		calls, commits, max(aborts, 0), absorbed, own)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -25,12 +26,36 @@ func TestDemoShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds sharetx and runs worker processes for about a minute")
 	}
+	runShortDemo(t, langGo)
+}
+
+// TestDemoShortJava is TestDemoShort with the Java workers (--worker-lang
+// java: examples/demo/java, the Java library, built by java/apps.sh). It
+// needs Java 17 and Maven; without them it skips, unless E2E_REQUIRE_KAFKA
+// is set (make test).
+func TestDemoShortJava(t *testing.T) {
+	for _, tool := range []string{"java", "javac", "mvn"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+				t.Fatalf("%s is not installed: the Java workers need Java 17 and Maven", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	if testing.Short() {
+		t.Skip("builds sharetx and the Java workers and runs them for about a minute")
+	}
+	runShortDemo(t, langJava)
+}
+
+func runShortDemo(t *testing.T, lang string) {
 	o := defaultOptions()
 	o.Records = 600
 	o.Crashes = 5
 	o.RecordTime = 50 * time.Millisecond
 	o.Modes = []string{modeEOS, modeALO}
 	o.Seed = 7
+	o.WorkerLang = lang
 	o.Timeout = time.Minute
 	o.Quiet = 3 * time.Second
 	o.Out = &sim.LineLog{T: t}

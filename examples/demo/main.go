@@ -5,6 +5,7 @@
 //
 //	go run ./examples/demo                        # both modes, side by side (make demo)
 //	go run ./examples/demo --mode at-least-once   # one mode
+//	go run ./examples/demo --worker-lang java     # the workers in Java (java/apps.sh builds them)
 //
 // It builds ./cmd/sharetx and starts it with no upstream, so sharetx runs
 // its embedded single-node cluster (a fresh data directory, free ports).
@@ -59,6 +60,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
 	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "per mode: how long the workers may take to get every input into the output")
+	fs.StringVar(&o.WorkerLang, "worker-lang", langGo, "the workers' language: go (client/, this binary) or java (java/: io.sharetx.demo.DemoWorker, built by java/apps.sh)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -74,6 +76,10 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "demo: --mode %q: want exactly-once, at-least-once or both\n", *mode)
 		return 2
 	}
+	if o.WorkerLang != langGo && o.WorkerLang != langJava {
+		fmt.Fprintf(stderr, "demo: --worker-lang %q: want go or java\n", o.WorkerLang)
+		return 2
+	}
 	if fs.NArg() > 0 || o.Records < 1 || o.Workers < 1 || o.Crashes < 0 || o.MaxPoll < 1 || o.AbortRate < 0 || o.AbortRate >= 1 {
 		fmt.Fprintln(stderr, "demo: --records, --workers and --max-poll must be >= 1, --crashes >= 0, --abort-rate in [0,1)")
 		return 2
@@ -82,8 +88,12 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		o.Seed = time.Now().UnixNano() % 1_000_000
 	}
 	o.Out = stdout
-	fmt.Fprintf(stdout, "sharetx demo: %d records, %d workers, %d crashes per mode, seed %d (repeat with --seed %d)\n",
-		o.Records, o.Workers, o.Crashes, o.Seed, o.Seed)
+	lang := "Go"
+	if o.WorkerLang == langJava {
+		lang = "Java"
+	}
+	fmt.Fprintf(stdout, "sharetx demo: %d records, %d %s workers, %d crashes per mode, seed %d (repeat with --seed %d)\n",
+		o.Records, o.Workers, lang, o.Crashes, o.Seed, o.Seed)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -29,6 +29,7 @@ type Options struct {
 	Seed       int64
 	WorkDir    string        // logs; "" = a new temporary directory
 	SharetxBin string        // "" = go build ./cmd/sharetx
+	WorkerLang string        // langGo ("" too) or langJava
 	Timeout    time.Duration // per mode, for every input to reach the output
 	Quiet      time.Duration // the drained check: how long a fresh member polls
 	Out        io.Writer     // progress
@@ -72,6 +73,7 @@ type demo struct {
 	dir   string
 	t0    time.Time
 	self  string
+	java  *javaWorker // --worker-lang java
 	stx   *sharetxProc
 	admin *kgo.Client
 	plan  []crash
@@ -110,6 +112,12 @@ func Run(ctx context.Context, o Options) (results []Result, logDir string, err e
 		return nil, d.dir, err
 	}
 	d.say("logs: %s", d.dir)
+	if o.WorkerLang == langJava {
+		d.say("building the Java worker (java/apps.sh) ...")
+		if d.java, err = buildJavaWorker(ctx); err != nil {
+			return nil, d.dir, err
+		}
+	}
 	bin := o.SharetxBin
 	if bin == "" {
 		d.say("building ./cmd/sharetx ...")

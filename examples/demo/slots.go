@@ -61,7 +61,8 @@ func (m *modeRun) startWorker(s *slot) error {
 	}
 	env := sim.WorkerEnv(roleEnv)
 	inc := &incarnation{}
-	p, err := sim.StartProc(fmt.Sprintf("worker-%d", s.idx), m.d.self, s.cfg.args(), env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
+	path, args := m.d.workerCommand(s.cfg)
+	p, err := sim.StartProc(fmt.Sprintf("worker-%d", s.idx), path, args, env, filepath.Join(m.dir, fmt.Sprintf("worker-%d.log", s.idx)), m.d.t0,
 		func(line string) { m.onWorkerLine(s, inc, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err

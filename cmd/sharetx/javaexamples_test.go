@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
+)
+
+// TestJavaExamplesZeroConfig runs the Java examples (java/examples,
+// compiled by java/apps.sh against the Java library) against the
+// zero-config start, with failures on purpose, and checks what they did:
+// ConsumeTransformProduce (aborting every 4th transaction) must have put
+// every input exactly once into its output topic (read read_committed,
+// counted per id), CheckpointAcknowledger (failing every 3rd checkpoint)
+// every input exactly once into its sink file, and a fresh member of either
+// share group must be handed nothing (the group's lag 0). It needs Java 17
+// and Maven (java/apps.sh downloads kafka-clients the first time); without
+// them it skips, unless E2E_REQUIRE_KAFKA is set (make test).
+func TestJavaExamplesZeroConfig(t *testing.T) {
+	for _, tool := range []string{"java", "javac", "mvn"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+				t.Fatalf("%s is not installed: the Java examples need Java 17 and Maven", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	if testing.Short() {
+		t.Skip("-short: no Java run")
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	apps := exec.CommandContext(ctx, "bash", "../../java/apps.sh")
+	var appsErr strings.Builder
+	apps.Stderr = &appsErr
+	cpOut, err := apps.Output()
+	if err != nil {
+		t.Fatalf("java/apps.sh: %v\n%s", err, lastLines(appsErr.String(), 30))
+	}
+	cp := strings.TrimSpace(string(cpOut))
+
+	bin := buildBinary(t)
+	d := start(t, bin, testEnv(t.TempDir()))
+	line := d.await(t, "bootstrap.servers=")
+	addr := strings.TrimSpace(line[strings.Index(line, "bootstrap.servers=")+len("bootstrap.servers="):])
+	d.await(t, "sharetx: ready")
+	go func() { // keep the daemon's output flowing
+		for l := range d.lines {
+			d.all.WriteString(l + "\n")
+		}
+	}()
+	t.Logf("sharetx ready at %s after %.1fs (java/apps.sh and the build included)", addr, time.Since(t0).Seconds())
+	cluster := sim.Cluster{Seeds: []string{addr}, ClientID: "java-examples-check"}
+	const n = 300
+
+	t.Run("ConsumeTransformProduce", func(t *testing.T) {
+		sum := runExample(ctx, t, cp, "io.sharetx.examples.ConsumeTransformProduce", "--bootstrap", addr,
+			"--group", "ctp", "--input", "ctp-in", "--output", "ctp-out", "--txn-id", "ctp-1",
+			"--seed", fmt.Sprint(n), "--max-records", fmt.Sprint(n), "--max-poll", "20", "--abort-every", "4", "--max-seconds", "60")
+		if sum["out"] != n || sum["commits"] == 0 || sum["aborts"] == 0 || sum["in"] < n+sum["aborts"] {
+			t.Errorf("summary %v: want out=%d, commits and aborts, in >= out + the aborted ones", sum, n)
+		}
+		outputs, err := cluster.ReadAllCommitted("ctp-out", 2*time.Second, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for i := 0; i < n; i++ {
+			ids = append(ids, fmt.Sprintf("ORDER-%d", i)) // the inputs order-i, upper-cased
+		}
+		checkOnce(t, "output topic ctp-out (read_committed)", sim.Count(ids, outputs))
+		checkDrained(t, cluster, "ctp", "ctp-in")
+	})
+
+	t.Run("CheckpointAcknowledger", func(t *testing.T) {
+		sink := filepath.Join(t.TempDir(), "sink.txt")
+		sum := runExample(ctx, t, cp, "io.sharetx.examples.CheckpointAcknowledger", "--bootstrap", addr,
+			"--group", "sink", "--input", "sink-in", "--txn-id", "sink-1", "--sink", sink,
+			"--seed", fmt.Sprint(n), "--max-records", fmt.Sprint(n), "--max-poll", "25", "--fail-every", "3", "--max-seconds", "60")
+		if sum["acked"] != n || sum["written"] != n || sum["checkpoints"] == 0 || sum["failed"] == 0 {
+			t.Errorf("summary %v: want acked=%d written=%d, checkpoints and failed ones", sum, n, n)
+		}
+		raw, err := os.ReadFile(sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values := map[string]int{}
+		positions := map[string]bool{}
+		for _, l := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
+			pos, v, ok := strings.Cut(l, "\t")
+			if !ok || positions[pos] {
+				t.Errorf("sink line %q: malformed or a record written twice", l)
+			}
+			positions[pos] = true
+			values[v]++
+		}
+		var ids []string
+		for i := 0; i < n; i++ {
+			ids = append(ids, fmt.Sprintf("event-%d", i))
+		}
+		checkOnce(t, "sink file", sim.Count(ids, values))
+		checkDrained(t, cluster, "sink", "sink-in")
+	})
+	t.Logf("took %.1fs", time.Since(t0).Seconds())
+}
+
+// runExample runs one Java example to its end and returns the numbers of
+// its "summary:" line (key=value).
+func runExample(ctx context.Context, t *testing.T, cp, class string, args ...string) map[string]int {
+	t.Helper()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "java", append([]string{"-cp", cp, class}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var summary string
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "summary: ") {
+			summary = sc.Text()
+		}
+	}
+	t.Logf("%s (%.1fs): %s", class, time.Since(start).Seconds(), summary)
+	if err != nil || summary == "" {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", class, err, lastLines(string(out), 30), lastLines(stderr.String(), 30))
+	}
+	sum := map[string]int{}
+	for _, f := range strings.Fields(strings.TrimPrefix(summary, "summary: ")) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("summary %q: %s", summary, f)
+			}
+			sum[k] = n
+		}
+	}
+	return sum
+}
+
+func checkOnce(t *testing.T, what string, c sim.Counts) {
+	t.Helper()
+	if c.Duplicates != 0 || c.Lost != 0 || c.Unexpected != 0 || c.Distinct != c.In {
+		t.Errorf("%s: %d of %d inputs, %d duplicates %v, %d lost %v, %d unexpected; want each input exactly once",
+			what, c.Distinct, c.In, c.Duplicates, c.DuplicateIDs, c.Lost, c.LostIDs, c.Unexpected)
+	}
+}
+
+// checkDrained: a fresh member of the share group is handed nothing, and
+// the group's lag on the topic is 0.
+func checkDrained(t *testing.T, cluster sim.Cluster, group, topic string) {
+	t.Helper()
+	left, lag, err := cluster.Unacked(group, topic, 5*time.Second, 0)
+	if err != nil {
+		t.Fatalf("share group %s: %v", group, err)
+	}
+	if len(left) != 0 || lag != 0 {
+		t.Errorf("share group %s: a fresh member was handed %d records (%v), lag %d; want nothing left", group, len(left), left, lag)
+	}
+}
