@@ -139,18 +139,29 @@ public final class CheckpointAcknowledger {
                         throw new KafkaException("failing this checkpoint on purpose (--fail-every " + failEvery + ")");
                     }
                     // 2. then their acknowledgements: begin, stage through the sidecar, commit.
-                    acker.commitAcknowledgements(ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT), group);
+                    ShareAcknowledgements acks = ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT);
+                    for (int attempt = 1; ; attempt++) {
+                        try {
+                            acker.commitAcknowledgements(acks, group);
+                            break;
+                        } catch (TimeoutException e) {
+                            // The commit's outcome is unknown and KafkaProducer allows nothing
+                            // but the commit again: the acknowledger keeps it pending, and the
+                            // same call retries it.
+                            if (attempt == 3) {
+                                throw e;
+                            }
+                            System.out.printf("checkpoint of %d records timed out, retrying its commit: %s%n", records.count(), e.getMessage());
+                        }
+                    }
                     ShareTransactions.acknowledgeHandedOver(consumer, records); // absorbed by the sidecar
                     checkpoints++;
                     acked += records.count();
                 } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
                     throw e; // fatal: another instance took over, or no sidecar
                 } catch (TimeoutException e) {
-                    // The outcome is unknown. After a commit that timed out, KafkaProducer takes
-                    // nothing but the commit again, which the acknowledger does not offer (its
-                    // abortAcknowledgements fails too): start a new one. Its initTransactions
-                    // completes or aborts that transaction, and the sidecar applies or releases
-                    // the acknowledgements accordingly.
+                    // Still timing out: a new acknowledger's initTransactions settles the pending
+                    // transaction, and the sidecar applies or releases the acknowledgements accordingly.
                     closeQuietly(acker);
                     acker = newAcknowledger(ac);
                     ShareTransactions.releaseForRedelivery(consumer, records); // absorbed if they were staged
