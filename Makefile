@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo bench test-java test-java-embedded test-java-compat
+.PHONY: run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench test-java test-java-embedded test-java-compat
 
 run:
 	go run ./cmd/sharetx
@@ -158,3 +158,7 @@ bench:
 DEMO_FLAGS ?=
 demo:
 	go run ./examples/demo $(DEMO_FLAGS)
+
+# The demo with its workers in Java (examples/demo/java, built by java/apps.sh; needs Java 17 and Maven).
+demo-java:
+	go run ./examples/demo --worker-lang java $(DEMO_FLAGS)
