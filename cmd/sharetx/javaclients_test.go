@@ -32,16 +32,7 @@ func TestJavaClientsZeroConfig(t *testing.T) {
 	if !kafkaJarsCached() && os.Getenv("E2E_REQUIRE_KAFKA") == "" {
 		t.Skip("Kafka's jars are not in the cache: `e2e/kafka/kafka.sh libs` (make test does)")
 	}
-	bin := buildBinary(t)
-	d := start(t, bin, testEnv(t.TempDir()))
-	line := d.await(t, "bootstrap.servers=")
-	addr := strings.TrimSpace(line[strings.Index(line, "bootstrap.servers=")+len("bootstrap.servers="):])
-	d.await(t, "sharetx: ready")
-	go func() { // keep the daemon's output flowing
-		for l := range d.lines {
-			d.all.WriteString(l + "\n")
-		}
-	}()
+	addr := startZeroConfig(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -114,4 +105,21 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// startZeroConfig starts the sharetx binary with no upstream (its embedded
+// cluster) on free ports, waits until it is ready, keeps its output flowing,
+// and returns its bootstrap address.
+func startZeroConfig(t *testing.T) string {
+	t.Helper()
+	d := start(t, buildBinary(t), testEnv(t.TempDir()))
+	line := d.await(t, "bootstrap.servers=")
+	addr := strings.TrimSpace(line[strings.Index(line, "bootstrap.servers=")+len("bootstrap.servers="):])
+	d.await(t, "sharetx: ready")
+	go func() {
+		for l := range d.lines {
+			d.all.WriteString(l + "\n")
+		}
+	}()
+	return addr
 }

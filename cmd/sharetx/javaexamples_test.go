@@ -49,16 +49,7 @@ func TestJavaExamplesZeroConfig(t *testing.T) {
 	}
 	cp := strings.TrimSpace(string(cpOut))
 
-	bin := buildBinary(t)
-	d := start(t, bin, testEnv(t.TempDir()))
-	line := d.await(t, "bootstrap.servers=")
-	addr := strings.TrimSpace(line[strings.Index(line, "bootstrap.servers=")+len("bootstrap.servers="):])
-	d.await(t, "sharetx: ready")
-	go func() { // keep the daemon's output flowing
-		for l := range d.lines {
-			d.all.WriteString(l + "\n")
-		}
-	}()
+	addr := startZeroConfig(t)
 	t.Logf("sharetx ready at %s after %.1fs (java/apps.sh and the build included)", addr, time.Since(t0).Seconds())
 	cluster := sim.Cluster{Seeds: []string{addr}, ClientID: "java-examples-check"}
 	const n = 300

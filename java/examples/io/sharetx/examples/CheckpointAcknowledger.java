@@ -3,29 +3,20 @@ package io.sharetx.examples;
 import io.sharetx.clients.ShareAcknowledgements;
 import io.sharetx.clients.ShareTransactions;
 import io.sharetx.clients.TransactionalShareAcknowledger;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AlterConfigOp;
-import org.apache.kafka.clients.admin.ConfigEntry;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
-import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.AuthenticationException;
 import org.apache.kafka.common.errors.AuthorizationException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.errors.TimeoutException;
-import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.StringDeserializer;
-import org.apache.kafka.common.serialization.StringSerializer;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -39,10 +30,8 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -69,23 +58,23 @@ import java.util.concurrent.TimeUnit;
 public final class CheckpointAcknowledger {
 
     public static void main(String[] args) throws Exception {
-        String bootstrap = opt(args, "bootstrap", "127.0.0.1:9092");
-        String group = opt(args, "group", "sink-example");
-        String input = opt(args, "input", "events");
-        String txnId = opt(args, "txn-id", "sink-example-1");
-        Path sinkPath = Path.of(opt(args, "sink", "sink.txt"));
-        long maxRecords = Long.parseLong(opt(args, "max-records", "0"));
-        long maxSeconds = Long.parseLong(opt(args, "max-seconds", "0"));
-        int seed = Integer.parseInt(opt(args, "seed", "0"));
-        int failEvery = Integer.parseInt(opt(args, "fail-every", "0"));
+        String bootstrap = ExampleSetup.opt(args, "bootstrap", "127.0.0.1:9092");
+        String group = ExampleSetup.opt(args, "group", "sink-example");
+        String input = ExampleSetup.opt(args, "input", "events");
+        String txnId = ExampleSetup.opt(args, "txn-id", "sink-example-1");
+        Path sinkPath = Path.of(ExampleSetup.opt(args, "sink", "sink.txt"));
+        long maxRecords = Long.parseLong(ExampleSetup.opt(args, "max-records", "0"));
+        long maxSeconds = Long.parseLong(ExampleSetup.opt(args, "max-seconds", "0"));
+        int seed = Integer.parseInt(ExampleSetup.opt(args, "seed", "0"));
+        int failEvery = Integer.parseInt(ExampleSetup.opt(args, "fail-every", "0"));
 
         if (seed > 0) {
-            seed(bootstrap, input, group, seed);
+            ExampleSetup.seed(bootstrap, group, input, "event", seed);
         }
         Map<String, Object> cc = new HashMap<>();
         cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         cc.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, opt(args, "max-poll", "500")); // records per poll, and so per transaction
+        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, ExampleSetup.opt(args, "max-poll", "500")); // records per poll, and so per transaction
         Map<String, Object> ac = new HashMap<>();
         ac.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         ac.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
@@ -253,40 +242,5 @@ public final class CheckpointAcknowledger {
         public void close() throws IOException {
             file.close();
         }
-    }
-
-    /** --seed: the topic (3 partitions), the group reading from the start, n records event-0.. */
-    static void seed(String bootstrap, String input, String group, int n) throws Exception {
-        Map<String, Object> conf = Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        try (Admin admin = Admin.create(conf)) {
-            try {
-                admin.createTopics(List.of(new NewTopic(input, Optional.of(3), Optional.empty()))).all().get();
-            } catch (ExecutionException e) {
-                if (!(e.getCause() instanceof TopicExistsException)) {
-                    throw e;
-                }
-            }
-            admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, group),
-                List.of(new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET)))).all().get();
-        }
-        try (KafkaProducer<String, String> p = new KafkaProducer<>(conf, new StringSerializer(), new StringSerializer())) {
-            for (int i = 0; i < n; i++) {
-                p.send(new ProducerRecord<>(input, "event-" + i, "event-" + i));
-            }
-        }
-        System.out.printf("seeded %d records into %s%n", n, input);
-    }
-
-    /** --name value, --name=value, or the system property name. */
-    static String opt(String[] args, String name, String def) {
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].equals("--" + name) && i + 1 < args.length) {
-                return args[i + 1];
-            }
-            if (args[i].startsWith("--" + name + "=")) {
-                return args[i].substring(name.length() + 3);
-            }
-        }
-        return System.getProperty(name, def);
     }
 }

@@ -4,10 +4,6 @@ import io.sharetx.clients.ShareAcknowledgements;
 import io.sharetx.clients.ShareGroupMetadata;
 import io.sharetx.clients.ShareTransactions;
 import io.sharetx.clients.SharetxProducer;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AlterConfigOp;
-import org.apache.kafka.clients.admin.ConfigEntry;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -17,11 +13,9 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
-import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.AuthenticationException;
 import org.apache.kafka.common.errors.AuthorizationException;
 import org.apache.kafka.common.errors.ProducerFencedException;
-import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -32,9 +26,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Optional;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -59,25 +51,25 @@ import java.util.concurrent.TimeUnit;
 public final class ConsumeTransformProduce {
 
     public static void main(String[] args) throws Exception {
-        String bootstrap = opt(args, "bootstrap", "127.0.0.1:9092");
-        String group = opt(args, "group", "ctp-example");
-        String input = opt(args, "input", "orders");
-        String output = opt(args, "output", "orders-upper");
-        String txnId = opt(args, "txn-id", "ctp-example-1");
-        long maxRecords = Long.parseLong(opt(args, "max-records", "0"));
-        long maxSeconds = Long.parseLong(opt(args, "max-seconds", "0"));
-        int seed = Integer.parseInt(opt(args, "seed", "0"));
-        int abortEvery = Integer.parseInt(opt(args, "abort-every", "0"));
+        String bootstrap = ExampleSetup.opt(args, "bootstrap", "127.0.0.1:9092");
+        String group = ExampleSetup.opt(args, "group", "ctp-example");
+        String input = ExampleSetup.opt(args, "input", "orders");
+        String output = ExampleSetup.opt(args, "output", "orders-upper");
+        String txnId = ExampleSetup.opt(args, "txn-id", "ctp-example-1");
+        long maxRecords = Long.parseLong(ExampleSetup.opt(args, "max-records", "0"));
+        long maxSeconds = Long.parseLong(ExampleSetup.opt(args, "max-seconds", "0"));
+        int seed = Integer.parseInt(ExampleSetup.opt(args, "seed", "0"));
+        int abortEvery = Integer.parseInt(ExampleSetup.opt(args, "abort-every", "0"));
 
         if (seed > 0) {
-            seed(bootstrap, input, output, group, seed);
+            ExampleSetup.seed(bootstrap, group, input, "order", seed, output);
         }
 
         // Every client names the sidecar in bootstrap.servers.
         Map<String, Object> cc = new HashMap<>();
         cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         cc.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, opt(args, "max-poll", "500")); // records per poll, and so per transaction
+        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, ExampleSetup.opt(args, "max-poll", "500")); // records per poll, and so per transaction
         Map<String, Object> pc = new HashMap<>();
         pc.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         pc.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
@@ -181,43 +173,5 @@ public final class ConsumeTransformProduce {
     /** The "transformation". */
     static String transform(String value) {
         return value == null ? null : value.toUpperCase(Locale.ROOT);
-    }
-
-    /** --seed: the topics (3 input partitions), the group reading from the start, n inputs order-0.. */
-    static void seed(String bootstrap, String input, String output, String group, int n) throws Exception {
-        Map<String, Object> conf = Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        try (Admin admin = Admin.create(conf)) {
-            for (NewTopic t : List.of(new NewTopic(input, Optional.of(3), Optional.empty()), new NewTopic(output, Optional.of(1), Optional.empty()))) {
-                try {
-                    admin.createTopics(List.of(t)).all().get();
-                } catch (ExecutionException e) {
-                    if (!(e.getCause() instanceof TopicExistsException)) {
-                        throw e;
-                    }
-                }
-            }
-            // Share groups start at the latest offset unless told otherwise.
-            admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, group),
-                List.of(new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET)))).all().get();
-        }
-        try (KafkaProducer<String, String> p = new KafkaProducer<>(conf, new StringSerializer(), new StringSerializer())) {
-            for (int i = 0; i < n; i++) {
-                p.send(new ProducerRecord<>(input, "order-" + i, "order-" + i));
-            }
-        }
-        System.out.printf("seeded %d records into %s%n", n, input);
-    }
-
-    /** --name value, --name=value, or the system property name. */
-    static String opt(String[] args, String name, String def) {
-        for (int i = 0; i < args.length; i++) {
-            if (args[i].equals("--" + name) && i + 1 < args.length) {
-                return args[i + 1];
-            }
-            if (args[i].startsWith("--" + name + "=")) {
-                return args[i].substring(name.length() + 3);
-            }
-        }
-        return System.getProperty(name, def);
     }
 }

@@ -132,26 +132,14 @@ class ScenariosTest {
             p.initTransactions();
             ConsumerRecords<String, String> rs = pollSome(c, POLL);
             ShareGroupMetadata md = ShareTransactions.shareGroupMetadata(c);
+            transact(p, c, rs, md, AcknowledgeType.ACCEPT);
             ShareAcknowledgements acks = ShareAcknowledgements.fromRecords(rs, AcknowledgeType.ACCEPT);
-            p.beginTransaction();
-            p.sendShareAcknowledgementsToTransaction(acks, md);
-            ShareTransactions.acknowledgeHandedOver(c, rs);
-            p.commitTransaction();
             p.beginTransaction();
             assertThrows(InvalidRecordStateException.class, () -> p.sendShareAcknowledgementsToTransaction(acks, md),
                 "the same acknowledgements again, after their commit");
             assertThrows(KafkaException.class, p::commitTransaction, "commit after an abortable error");
             p.abortTransaction();
-            // The other input (if the first poll did not bring it) is still to be had; drain it.
-            int done = rs.count();
-            while (done < 2) {
-                ConsumerRecords<String, String> more = pollSome(c, POLL);
-                p.beginTransaction();
-                p.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(more, AcknowledgeType.ACCEPT), md);
-                ShareTransactions.acknowledgeHandedOver(c, more);
-                p.commitTransaction();
-                done += more.count();
-            }
+            drain(p, c, md, rs.count(), 2); // the other input, if the first poll did not bring it
             c.poll(Duration.ofMillis(500));
             s.closeClients();
             assertEquals(List.of(), s.leftForFreshMember(QUIET), "records left after the commit and the refused second staging");
@@ -401,6 +389,24 @@ class ScenariosTest {
                 ShareGroupMetadata.forGroup("g")));
             assertInstanceOf(UnsupportedVersionException.class, assertThrows(KafkaException.class, p::commitTransaction));
             p.abortTransaction();
+        }
+    }
+
+    /** One transaction of {@code rs}'s acknowledgements of {@code type}: begin, stage, acknowledgeHandedOver, commit. */
+    static void transact(SharetxProducer<String, String> p, KafkaShareConsumer<String, String> c, ConsumerRecords<String, String> rs,
+                         ShareGroupMetadata md, AcknowledgeType type) {
+        p.beginTransaction();
+        p.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(rs, type), md);
+        ShareTransactions.acknowledgeHandedOver(c, rs);
+        p.commitTransaction();
+    }
+
+    /** Polls and commits (ACCEPT, a transaction per poll) until {@code done} reaches {@code total}. */
+    static void drain(SharetxProducer<String, String> p, KafkaShareConsumer<String, String> c, ShareGroupMetadata md, int done, int total) {
+        while (done < total) {
+            ConsumerRecords<String, String> rs = pollSome(c, POLL);
+            transact(p, c, rs, md, AcknowledgeType.ACCEPT);
+            done += rs.count();
         }
     }
 

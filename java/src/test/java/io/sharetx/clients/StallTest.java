@@ -34,11 +34,8 @@ class StallTest {
 
     @Test
     void stalledSidecarIsTimeout() throws Exception {
-        String bs = System.getenv("SHARETX_STALL_BOOTSTRAP");
-        String pid = System.getenv("SHARETX_STALL_PID");
-        Assumptions.assumeTrue(bs != null && !bs.isBlank() && pid != null && !pid.isBlank(),
-            "SHARETX_STALL_BOOTSTRAP/SHARETX_STALL_PID are not set: no proxy of this test's own to stop (test-with-proxy.sh starts one)");
-        try (Sidecar.Setup s = new Sidecar.Setup(1, 2, Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bs.trim()))) {
+        String pid = stallPid();
+        try (Sidecar.Setup s = new Sidecar.Setup(1, 2, stallConf())) {
             KafkaShareConsumer<String, String> c = s.consumer();
             SharetxProducer<String, String> p = s.producer(Sidecar.unique("jstall"), Map.of(ProducerConfig.MAX_BLOCK_MS_CONFIG, (int) MAX_BLOCK_MS));
             p.initTransactions();
@@ -60,15 +57,7 @@ class StallTest {
             // stopped request was staged when the sidecar resumed or not, the abort decides.
             p.abortTransaction();
             ShareTransactions.releaseForRedelivery(c, rs);
-            int done = 0;
-            while (done < 2) {
-                ConsumerRecords<String, String> more = pollSome(c, ScenariosTest.POLL);
-                p.beginTransaction();
-                p.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(more, AcknowledgeType.ACCEPT), md);
-                ShareTransactions.acknowledgeHandedOver(c, more);
-                p.commitTransaction();
-                done += more.count();
-            }
+            ScenariosTest.drain(p, c, md, 0, 2);
             c.poll(Duration.ofMillis(500));
             s.closeClients();
             assertEquals(List.of(), s.leftForFreshMember(ScenariosTest.QUIET), "records left after the time-out, the abort and the retry");
@@ -82,11 +71,8 @@ class StallTest {
      */
     @Test
     void acknowledgerRetriesATimedOutCommit() throws Exception {
-        String bs = System.getenv("SHARETX_STALL_BOOTSTRAP");
-        String pid = System.getenv("SHARETX_STALL_PID");
-        Assumptions.assumeTrue(bs != null && !bs.isBlank() && pid != null && !pid.isBlank(),
-            "SHARETX_STALL_BOOTSTRAP/SHARETX_STALL_PID are not set: no proxy of this test's own to stop (test-with-proxy.sh starts one)");
-        try (Sidecar.Setup s = new Sidecar.Setup(1, 2, Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bs.trim()))) {
+        String pid = stallPid();
+        try (Sidecar.Setup s = new Sidecar.Setup(1, 2, stallConf())) {
             KafkaShareConsumer<String, String> c = s.consumer();
             Map<String, Object> pc = new java.util.HashMap<>(s.conf);
             pc.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, Sidecar.unique("jstallack"));
@@ -147,6 +133,21 @@ class StallTest {
                 throw new IllegalStateException(e);
             }
         }
+    }
+
+    /** The stall proxy's client configuration; skips the test without it. */
+    static Map<String, Object> stallConf() {
+        stallPid();
+        return Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, System.getenv("SHARETX_STALL_BOOTSTRAP").trim());
+    }
+
+    /** The stall proxy's process id; skips the test without it. */
+    static String stallPid() {
+        String bs = System.getenv("SHARETX_STALL_BOOTSTRAP");
+        String pid = System.getenv("SHARETX_STALL_PID");
+        Assumptions.assumeTrue(bs != null && !bs.isBlank() && pid != null && !pid.isBlank(),
+            "SHARETX_STALL_BOOTSTRAP/SHARETX_STALL_PID are not set: no proxy of this test's own to stop (test-with-proxy.sh starts one)");
+        return pid.trim();
     }
 
     static void signal(String sig, String pid) throws Exception {
