@@ -43,7 +43,7 @@ type phase struct {
 func (r *runner) newPhase(fault string) *phase {
 	id := fmt.Sprintf("chaos-%s-%s", r.runID, fault)
 	return &phase{r: r, fault: fault, id: id, dir: r.phaseDir(fault), in: id + "-in", out: id + "-out", group: id,
-		n: r.o.Records, lock: r.o.Lock, commits: map[poKey][]commitInfo{}, res: PhaseResult{Fault: fault}}
+		n: r.o.Records, lock: r.o.Lock, commits: map[poKey][]commitInfo{}, res: PhaseResult{Fault: fault, WorkerLang: r.o.WorkerLang}}
 }
 
 func (p *phase) say(format string, args ...any) {
