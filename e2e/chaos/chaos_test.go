@@ -89,11 +89,15 @@ func TestChaosShort(t *testing.T) {
 
 // TestChaosShortJava: a short chaos run with the Java worker (e2e/chaos/java:
 // the stock KafkaShareConsumer in explicit mode and sharetx-clients'
-// SharetxProducer) against the real cluster of E2E_KAFKA_SEEDS: 200 inputs,
-// 2 Java workers over 2 sharetx processes, phases none and worker-kill. Not
-// parallel: a JVM per worker (and per restart) on top of TestChaosShort's
-// processes would slow both down past their start-up deadlines on a small
-// machine.
+// SharetxProducer) against the real cluster of E2E_KAFKA_SEEDS: 600 inputs,
+// small polls (--max-poll 5: many transactions, many random aborts), 3 Java
+// workers over 2 sharetx processes, phases none and worker-kill. Three
+// workers: one input partition each, so that worker 1 still has work when
+// the first kill comes (the later kills may find no work left: a JVM takes
+// about two seconds to restart, and the others finish meanwhile; the test
+// asserts that at least one kill landed). Not parallel: a JVM per worker (and per restart) on top
+// of TestChaosShort's processes would slow both down past their start-up
+// deadlines on a small machine.
 func TestChaosShortJava(t *testing.T) {
 	seeds := os.Getenv("E2E_KAFKA_SEEDS")
 	if seeds == "" {
@@ -119,15 +123,16 @@ func TestChaosShortJava(t *testing.T) {
 	defer log.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	const records = 200
+	const records = 600
 	faults := []string{"none", "worker-kill"}
 	start := time.Now()
 	results, err := Run(ctx, Options{
 		Seeds:      strings.Split(seeds, ","),
 		Records:    records,
-		Workers:    2,
+		Workers:    3,
 		Proxies:    2,
 		Faults:     faults,
+		MaxPoll:    5,
 		AbortRate:  0.15,
 		Timeout:    2 * time.Minute,
 		TxnTimeout: 10 * time.Second, // the third kill's transaction is left for the broker to time out
