@@ -172,7 +172,7 @@ public final class ChaosWorker {
     /**
      * A new transactional producer, initialized at once: {@code initTransactions} fences a
      * previous incarnation of the transactional id and aborts the transaction it left open (its
-     * staged acknowledgements are dropped, its records redelivered). Five tries.
+     * staged acknowledgements are dropped, its records redelivered). Five tries (fewer if told to stop).
      */
     private SharetxProducer<byte[], byte[]> newProducer() {
         SharetxProducer<byte[], byte[]> p = new SharetxProducer<>(producerConfig(), new ByteArraySerializer(), new ByteArraySerializer());
@@ -185,7 +185,7 @@ public final class ChaosWorker {
                 return p;
             } catch (KafkaException e) {
                 orch.say("ERR InitProducerId (attempt %d): %s", attempt, describe(e));
-                if (attempt == 5) {
+                if (attempt == 5 || orch.stopping()) {
                     p.close(Duration.ofSeconds(5));
                     throw e;
                 }
