@@ -87,6 +87,106 @@ func TestChaosShort(t *testing.T) {
 	os.RemoveAll(dir)
 }
 
+// TestChaosShortJava: a short chaos run with the Java worker (e2e/chaos/java:
+// the stock KafkaShareConsumer in explicit mode and sharetx-clients'
+// SharetxProducer) against the real cluster of E2E_KAFKA_SEEDS: 600 inputs,
+// small polls (--max-poll 5: many transactions, many random aborts), 3 Java
+// workers over 2 sharetx processes, phases none and worker-kill. Three
+// workers: one input partition each, so that worker 1 still has work when
+// the first kill comes (the later kills may find no work left: a JVM takes
+// about two seconds to restart, and the others finish meanwhile; the test
+// asserts that at least one kill landed). Not parallel: a JVM per worker (and per restart) on top
+// of TestChaosShort's processes would slow both down past their start-up
+// deadlines on a small machine.
+func TestChaosShortJava(t *testing.T) {
+	seeds := os.Getenv("E2E_KAFKA_SEEDS")
+	if seeds == "" {
+		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not: start a cluster with `make kafka-up`")
+		}
+		t.Skip("real cluster not configured: set E2E_KAFKA_SEEDS (make test does)")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	if missing := javaMissing(); missing != "" {
+		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+			t.Fatalf("E2E_REQUIRE_KAFKA is set but %s cannot be found: the Java worker needs java, javac and mvn", missing)
+		}
+		t.Skipf("the Java worker needs java, javac and mvn: %s not found", missing)
+	}
+	dir, err := os.MkdirTemp("", "sharetx-chaos-java-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &sim.LineLog{T: t}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	const records = 600
+	faults := []string{"none", "worker-kill"}
+	start := time.Now()
+	results, err := Run(ctx, Options{
+		Seeds:      strings.Split(seeds, ","),
+		Records:    records,
+		Workers:    3,
+		Proxies:    2,
+		Faults:     faults,
+		MaxPoll:    5,
+		AbortRate:  0.15,
+		Timeout:    2 * time.Minute,
+		TxnTimeout: 10 * time.Second, // the third kill's transaction is left for the broker to time out
+		WorkerLang: "java",
+		WorkDir:    dir,
+		Out:        log,
+	})
+	if err != nil {
+		t.Fatalf("chaos run: %v (logs in %s)", err, dir)
+	}
+	var table strings.Builder
+	WriteTable(&table, results)
+	t.Logf("chaos run with Java workers took %s:\n%s", time.Since(start).Round(time.Second), table.String())
+	if len(results) != len(faults) {
+		t.Fatalf("%d results for %d phases", len(results), len(faults))
+	}
+	for i, r := range results {
+		if r.Fault != faults[i] || r.WorkerLang != "java" {
+			t.Errorf("phase %d: fault %q with %q workers, want %q with java", i, r.Fault, r.WorkerLang, faults[i])
+		}
+		// Every input in the output exactly once, acknowledged, by
+		// workers that committed transactions.
+		if r.Skipped != "" || !r.Pass || r.In != records || r.Out != records || r.Distinct != records || r.Duplicates != 0 ||
+			r.Lost != 0 || r.Unacked != 0 || r.Unexpected != 0 || r.TxnsCommitted == 0 {
+			t.Errorf("%s: %s: in %d, out %d, distinct %d, duplicates %d, lost %d, unacked %d, unexpected %d, txns committed %d, skipped %q, errors %v",
+				r.Fault, r.Result(), r.In, r.Out, r.Distinct, r.Duplicates, r.Lost, r.Unacked, r.Unexpected, r.TxnsCommitted, r.Skipped, r.Errors)
+		}
+		if r.Fault == "worker-kill" {
+			kills := 0
+			for _, n := range r.Notes {
+				if strings.Contains(n, "kill -9 worker") {
+					kills++
+				}
+			}
+			if kills == 0 {
+				t.Errorf("worker-kill: no Java worker was killed (notes %v)", r.Notes)
+			}
+		}
+	}
+	if !AllPass(results) {
+		t.Errorf("not every phase passed")
+	}
+	if t.Failed() {
+		for _, r := range results {
+			for _, n := range r.Notes {
+				t.Logf("%s: %s", r.Fault, n)
+			}
+		}
+		t.Logf("logs kept in %s", dir)
+		return
+	}
+	os.RemoveAll(dir)
+}
+
 // TestVerifierOnCluster: the verifier's two checks are not toothless. The
 // output count sees committed records only (an aborted transaction's
 // record is not counted) and finds duplicates and losses; the share-group

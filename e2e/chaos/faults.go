@@ -71,7 +71,11 @@ func (p *phase) workerKill() {
 			}
 		}
 		s := k.s
-		if !p.holdAt(s, k.point, "5s", 15*time.Second) {
+		// Up to a minute: a restarted worker may be given no partition
+		// until the dead members' sessions expire (45 s), and a JVM worker
+		// takes seconds to restart, so the others may have taken all the
+		// work meanwhile. holdAt gives up once every input is in the output.
+		if !p.holdAt(s, k.point, "5s", time.Minute) {
 			p.note("worker %s did not reach %q (no work left?): kill %d skipped", s.label, k.point, i+1)
 			continue
 		}

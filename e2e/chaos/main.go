@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.KgoLog, "kgo-log", "warn", "the workers' kgo log level (in their logs)")
 	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxies' log level (in their logs): debug, info, warn, error")
+	fs.StringVar(&o.WorkerLang, "worker-lang", "go", "the workers: go (this binary) or java (e2e/chaos/java, built with java/apps.sh; needs java, javac, mvn)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -83,6 +85,10 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.Records < 1 || o.Workers < 1 || o.Proxies < 1 || o.AbortRate < 0 || o.AbortRate >= 1 {
 		fmt.Fprintln(stderr, "chaos: --records, --workers and --proxies must be >= 1, --abort-rate in [0,1)")
+		return 2
+	}
+	if !slices.Contains(workerLangs, o.WorkerLang) {
+		fmt.Fprintf(stderr, "chaos: --worker-lang %q: want one of %s\n", o.WorkerLang, strings.Join(workerLangs, ", "))
 		return 2
 	}
 	o.Out = stdout

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -43,7 +44,7 @@ type phase struct {
 func (r *runner) newPhase(fault string) *phase {
 	id := fmt.Sprintf("chaos-%s-%s", r.runID, fault)
 	return &phase{r: r, fault: fault, id: id, dir: r.phaseDir(fault), in: id + "-in", out: id + "-out", group: id,
-		n: r.o.Records, lock: r.o.Lock, commits: map[poKey][]commitInfo{}, res: PhaseResult{Fault: fault}}
+		n: r.o.Records, lock: r.o.Lock, commits: map[poKey][]commitInfo{}, res: PhaseResult{Fault: fault, WorkerLang: r.o.WorkerLang}}
 }
 
 func (p *phase) say(format string, args ...any) {
@@ -219,12 +220,23 @@ func (p *phase) setup(ctx context.Context) error {
 		case p.fault == "txn-timeout" && i == 0:
 			s.txnTimeout = 5 * time.Second
 		}
-		if err := p.startWorker(s); err != nil {
-			return err
-		}
 		p.slots = append(p.slots, s)
 	}
-	return nil
+	// All at once: a JVM worker takes a second or two to be ready; started
+	// one after the other, the first would be through its share of the
+	// inputs before the last one polls, and the faults would find idle
+	// workers.
+	errs := make([]error, len(p.slots))
+	var wg sync.WaitGroup
+	for i, s := range p.slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.startWorker(s)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // teardown stops the workers (they finish their transaction), waits until

@@ -143,8 +143,8 @@ func (p *phase) startWorker(s *workerSlot) error {
 	s.mu.Lock()
 	s.curCommits, s.curAborts = 0, 0
 	s.mu.Unlock()
-	env := sim.WorkerEnv(roleEnv)
-	pr, err := sim.StartProc(label, p.r.selfBin, cfg.args(), env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
+	path, args, env := p.r.workerCommand(cfg)
+	pr, err := sim.StartProc(label, path, args, env, filepath.Join(p.dir, fmt.Sprintf("worker-%d.log", s.idx)), p.t0,
 		func(line string) { p.onWorkerLine(s, label, line, func() { once.Do(func() { close(ready) }) }) })
 	if err != nil {
 		return err

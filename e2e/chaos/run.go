@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,10 @@ type Options struct {
 	Seed        int64
 	KgoLog      string // the workers' kgo log level
 	ProxyLog    string // the proxies' log.level
-	Out         io.Writer
+	// WorkerLang: "go" (default: this binary re-executed as `chaos worker`)
+	// or "java" (e2e/chaos/java's ChaosWorker, built by java/apps.sh).
+	WorkerLang string
+	Out        io.Writer
 }
 
 func (o *Options) defaults() {
@@ -79,6 +83,9 @@ func (o *Options) defaults() {
 	}
 	if o.ProxyLog == "" {
 		o.ProxyLog = "info"
+	}
+	if o.WorkerLang == "" {
+		o.WorkerLang = "go"
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -124,6 +131,9 @@ type runner struct {
 	portBase   int
 	portBlock  int
 	outMu      sync.Mutex
+
+	// The Java worker's JVM and classpath (WorkerLang java).
+	javaBin, javaClasspath string
 }
 
 func (r *runner) say(format string, args ...any) {
@@ -151,6 +161,9 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	if len(o.Seeds) == 0 {
 		return nil, errors.New("--seeds is required")
 	}
+	if !slices.Contains(workerLangs, o.WorkerLang) {
+		return nil, fmt.Errorf("worker language %q: want one of %s", o.WorkerLang, strings.Join(workerLangs, ", "))
+	}
 	r := &runner{o: o, t0: time.Now(), rnd: rand.New(rand.NewSource(o.Seed))}
 	r.runID = fmt.Sprintf("%s-%04d", time.Now().Format("150405"), r.intn(10000))
 	if r.o.WorkDir == "" {
@@ -171,6 +184,13 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	if r.sharetxBin == "" {
 		r.say("building ./cmd/sharetx into %s", r.o.WorkDir)
 		if r.sharetxBin, err = sim.BuildSharetx(ctx, r.o.WorkDir); err != nil {
+			return nil, err
+		}
+	}
+	if o.WorkerLang == "java" {
+		logPath := filepath.Join(r.o.WorkDir, "java-apps.log")
+		r.say("building the Java worker (java/apps.sh, log %s)", logPath)
+		if r.javaBin, r.javaClasspath, err = buildJavaWorker(ctx, logPath); err != nil {
 			return nil, err
 		}
 	}
@@ -196,8 +216,8 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.say("run %s (seed %d): %d brokers %v, RF %d; %d records, %d workers over %d proxies; faults %s; logs in %s",
-		r.runID, o.Seed, len(r.brokers), r.brokers, r.rf, o.Records, o.Workers, o.Proxies, strings.Join(o.Faults, ","), r.o.WorkDir)
+	r.say("run %s (seed %d): %d brokers %v, RF %d; %d records, %d %s workers over %d proxies; faults %s; logs in %s",
+		r.runID, o.Seed, len(r.brokers), r.brokers, r.rf, o.Records, o.Workers, o.WorkerLang, o.Proxies, strings.Join(o.Faults, ","), r.o.WorkDir)
 
 	results := make([]PhaseResult, len(o.Faults))
 	var verifying sync.WaitGroup

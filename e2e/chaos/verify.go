@@ -13,7 +13,8 @@ import (
 
 // PhaseResult is one row of the final table (and of --json).
 type PhaseResult struct {
-	Fault string `json:"fault"`
+	Fault      string `json:"fault"`
+	WorkerLang string `json:"worker_lang"` // go or java
 	sim.Counts
 	// Unacked: distinct input records a fresh member of the share group was
 	// handed after the phase, within a quiet period longer than the
@@ -53,13 +54,13 @@ func (r *PhaseResult) Result() string {
 // WriteTable prints the final table.
 func WriteTable(w io.Writer, results []PhaseResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\tin\tout\tduplicates\tlost\tunacked\ttxns committed\taborted\tsecs\tresult\t")
+	fmt.Fprintln(tw, "fault\tworkers\tin\tout\tduplicates\tlost\tunacked\ttxns committed\taborted\tsecs\tresult\t")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", r.Fault, r.Result())
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t\n", r.Fault, r.WorkerLang, r.Result())
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%s\t\n", r.Fault, r.In, r.Out, r.Duplicates, r.Lost,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%s\t\n", r.Fault, r.WorkerLang, r.In, r.Out, r.Duplicates, r.Lost,
 			r.Unacked, r.TxnsCommitted, r.TxnsAborted, r.Seconds, r.Result())
 	}
 	tw.Flush()

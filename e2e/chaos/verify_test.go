@@ -54,12 +54,12 @@ func TestJudge(t *testing.T) {
 func TestTableAndJSON(t *testing.T) {
 	a := PhaseResult{Fault: "none", Counts: sim.Count(ids("x", "y"), map[string]int{"x": 1, "y": 1}), TxnsCommitted: 4, TxnsAborted: 1}
 	a.Judge()
-	b := PhaseResult{Fault: "proxy-kill", Counts: sim.Count(ids("x", "y"), map[string]int{"x": 2}), Unacked: 1, UnackedIDs: ids("x"), UnackedCommitted: 1}
+	b := PhaseResult{Fault: "proxy-kill", WorkerLang: "java", Counts: sim.Count(ids("x", "y"), map[string]int{"x": 2}), Unacked: 1, UnackedIDs: ids("x"), UnackedCommitted: 1}
 	b.Judge()
 	var buf bytes.Buffer
 	WriteTable(&buf, []PhaseResult{a, b})
 	out := buf.String()
-	for _, want := range []string{"fault", "duplicates", "unacked", "txns committed", "PASS", "FAIL", "duplicated: x", "lost: y", "unacked (1 of them committed in the output): x"} {
+	for _, want := range []string{"fault", "workers", "java", "duplicates", "unacked", "txns committed", "PASS", "FAIL", "duplicated: x", "lost: y", "unacked (1 of them committed in the output): x"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -80,7 +80,7 @@ func TestTableAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	if doc.Pass || len(doc.Phases) != 2 || doc.Phases[1]["duplicates"].(float64) != 1 || doc.Phases[1]["lost"].(float64) != 1 ||
-		doc.Phases[1]["unacked"].(float64) != 1 || doc.Phases[0]["txns_committed"].(float64) != 4 {
+		doc.Phases[1]["unacked"].(float64) != 1 || doc.Phases[0]["txns_committed"].(float64) != 4 || doc.Phases[1]["worker_lang"] != "java" {
 		t.Fatalf("json: %s", raw)
 	}
 }

@@ -45,8 +45,12 @@ type workerConfig struct {
 	logLevel   string
 }
 
-func (c workerConfig) args() []string {
-	args := append([]string{sim.WorkerArg, "--name", c.name}, c.WorkerConfig.Args()...)
+// args: the worker subcommand and its flags.
+func (c workerConfig) args() []string { return append([]string{sim.WorkerArg}, c.flags()...) }
+
+// flags are the worker's flags (the Java worker takes the same).
+func (c workerConfig) flags() []string {
+	args := append([]string{"--name", c.name}, c.WorkerConfig.Args()...)
 	return append(args, "--txn-timeout", c.txnTimeout.String(), "--kgo-log", c.logLevel)
 }
 
