@@ -349,6 +349,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         boolean refresh = false;
         KafkaException last = null;
         int attempt = 0;
+        int retouches = 0;
         while (true) {
             if (attempt++ > 0) {
                 long wait = Math.min(settings.retryBackoffMs, deadline - System.currentTimeMillis());
@@ -403,6 +404,14 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 KafkaException ex = exceptionFor(code, msg);
                 if (ex instanceof RetriableException) {
                     last = ex;
+                    if (code == Errors.COORDINATOR_LOAD_IN_PROGRESS.code() && retouches < MAX_RETOUCHES) {
+                        // This sidecar has not seen the transaction's producer (it restarted after
+                        // the touch, or the touch went through another one), and the stock producer
+                        // sends it nothing while this call waits: the touch record again, through
+                        // it, tells it the producer id and epoch.
+                        retouches++;
+                        touch(deadline);
+                    }
                     if (code == Errors.UNKNOWN_TOPIC_ID.code() || code == Errors.NOT_LEADER_OR_FOLLOWER.code()) {
                         for (Protocol.AckPartition p : e.getValue()) {
                             forgetTopicId(p.topicId);
@@ -422,6 +431,9 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
             }
         }
     }
+
+    /** Touch records a TxnShareAcknowledge call sends again at most, for sidecars that do not know the producer yet. */
+    private static final int MAX_RETOUCHES = 3;
 
     private KafkaException fatal(KafkaException e) {
         fatalError = e;

@@ -40,7 +40,11 @@
  * for it. Unlike the Go library it does so even when the transaction already holds outputs: the
  * touch is also how the library makes sure its producer is not fenced before the sidecar resolves
  * -1/-1 to the transactional id's current epoch (a zombie's touch is refused by the broker with
- * {@code ProducerFencedException}). The shadow topic needs at least two partitions.
+ * {@code ProducerFencedException}). It is also how a sidecar learns the producer id and epoch
+ * behind -1/-1: a sidecar that has not seen them (it restarted during the transaction) answers
+ * COORDINATOR_LOAD_IN_PROGRESS, and the library produces the touch record again, through it,
+ * before it retries (at most three times per call). The shadow topic needs at least two
+ * partitions.
  *
  * <h2>The consumer pattern</h2>
  * The stock {@code KafkaShareConsumer}, in explicit acknowledgement mode: see
