@@ -112,9 +112,12 @@ test-java-compat:
 # unacknowledged an input. More flags: CHAOS_FLAGS='--records 500 --faults
 # none,proxy-kill --json chaos.json'. KAFKA_E2E_DIR/KAFKA_BASE_PORT pass through.
 CHAOS_FLAGS ?=
+# CHAOS_WORKER=java: the workers in Java (e2e/chaos/java, the library's consume-transform-produce;
+# needs java, javac and mvn).
+CHAOS_WORKER ?= go
 chaos:
-	@seeds=$$(KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=3 e2e/kafka/kafka.sh up | tail -n 1) && echo "== chaos on real Kafka $(KAFKA_VERSION) x3: $$seeds" && \
-	go run ./e2e/chaos --seeds $$seeds --kafka-script e2e/kafka/kafka.sh $(CHAOS_FLAGS)
+	@seeds=$$(KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=3 e2e/kafka/kafka.sh up | tail -n 1) && echo "== chaos ($(CHAOS_WORKER) workers) on real Kafka $(KAFKA_VERSION) x3: $$seeds" && \
+	go run ./e2e/chaos --seeds $$seeds --kafka-script e2e/kafka/kafka.sh --worker-lang $(CHAOS_WORKER) $(CHAOS_FLAGS)
 
 # ---- deployment files and documentation (configs/k8s, configs/grafana, docs/)
 .PHONY: image docs deploy-check
