@@ -26,28 +26,17 @@ import (
 // and Maven (java/apps.sh downloads kafka-clients the first time); without
 // them it skips, unless E2E_REQUIRE_KAFKA is set (make test).
 func TestJavaExamplesZeroConfig(t *testing.T) {
-	for _, tool := range []string{"java", "javac", "mvn"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-				t.Fatalf("%s is not installed: the Java examples need Java 17 and Maven", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
+	sim.NeedJava(t)
 	if testing.Short() {
 		t.Skip("-short: no Java run")
 	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	apps := exec.CommandContext(ctx, "bash", "../../java/apps.sh")
-	var appsErr strings.Builder
-	apps.Stderr = &appsErr
-	cpOut, err := apps.Output()
+	java, cp, err := sim.JavaApps(ctx, nil)
 	if err != nil {
-		t.Fatalf("java/apps.sh: %v\n%s", err, lastLines(appsErr.String(), 30))
+		t.Fatal(err)
 	}
-	cp := strings.TrimSpace(string(cpOut))
 
 	addr := startZeroConfig(t)
 	t.Logf("sharetx ready at %s after %.1fs (java/apps.sh and the build included)", addr, time.Since(t0).Seconds())
@@ -55,7 +44,7 @@ func TestJavaExamplesZeroConfig(t *testing.T) {
 	const n = 300
 
 	t.Run("ConsumeTransformProduce", func(t *testing.T) {
-		sum := runExample(ctx, t, cp, "io.sharetx.examples.ConsumeTransformProduce", "--bootstrap", addr,
+		sum := runExample(ctx, t, java, cp, "io.sharetx.examples.ConsumeTransformProduce", "--bootstrap", addr,
 			"--group", "ctp", "--input", "ctp-in", "--output", "ctp-out", "--txn-id", "ctp-1",
 			"--seed", fmt.Sprint(n), "--max-records", fmt.Sprint(n), "--max-poll", "20", "--abort-every", "4", "--max-seconds", "60")
 		if sum["out"] != n || sum["commits"] == 0 || sum["aborts"] == 0 || sum["in"] < n+sum["aborts"] {
@@ -75,7 +64,7 @@ func TestJavaExamplesZeroConfig(t *testing.T) {
 
 	t.Run("CheckpointAcknowledger", func(t *testing.T) {
 		sink := filepath.Join(t.TempDir(), "sink.txt")
-		sum := runExample(ctx, t, cp, "io.sharetx.examples.CheckpointAcknowledger", "--bootstrap", addr,
+		sum := runExample(ctx, t, java, cp, "io.sharetx.examples.CheckpointAcknowledger", "--bootstrap", addr,
 			"--group", "sink", "--input", "sink-in", "--txn-id", "sink-1", "--sink", sink,
 			"--seed", fmt.Sprint(n), "--max-records", fmt.Sprint(n), "--max-poll", "25", "--fail-every", "3", "--max-seconds", "60")
 		if sum["acked"] != n || sum["written"] != n || sum["checkpoints"] == 0 || sum["failed"] == 0 {
@@ -107,10 +96,10 @@ func TestJavaExamplesZeroConfig(t *testing.T) {
 
 // runExample runs one Java example to its end and returns the numbers of
 // its "summary:" line (key=value).
-func runExample(ctx context.Context, t *testing.T, cp, class string, args ...string) map[string]int {
+func runExample(ctx context.Context, t *testing.T, java, cp, class string, args ...string) map[string]int {
 	t.Helper()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "java", append([]string{"-cp", cp, class}, args...)...)
+	cmd := exec.CommandContext(ctx, java, append([]string{"-cp", cp, class}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

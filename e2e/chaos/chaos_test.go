@@ -109,12 +109,7 @@ func TestChaosShortJava(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	if missing := javaMissing(); missing != "" {
-		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-			t.Fatalf("E2E_REQUIRE_KAFKA is set but %s cannot be found: the Java worker needs java, javac and mvn", missing)
-		}
-		t.Skipf("the Java worker needs java, javac and mvn: %s not found", missing)
-	}
+	sim.NeedJava(t)
 	dir, err := os.MkdirTemp("", "sharetx-chaos-java-test-")
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -34,14 +33,7 @@ func TestDemoShort(t *testing.T) {
 // needs Java 17 and Maven; without them it skips, unless E2E_REQUIRE_KAFKA
 // is set (make test).
 func TestDemoShortJava(t *testing.T) {
-	for _, tool := range []string{"java", "javac", "mvn"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-				t.Fatalf("%s is not installed: the Java workers need Java 17 and Maven", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
+	sim.NeedJava(t)
 	if testing.Short() {
 		t.Skip("builds sharetx and the Java workers and runs them for about a minute")
 	}

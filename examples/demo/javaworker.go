@@ -7,9 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"strings"
 
 	"github.com/sharetx/sharetx/e2e/sim"
 )
@@ -32,26 +29,11 @@ type javaWorker struct {
 // repository's Java applications, the worker among them, and prints their
 // classpath).
 func buildJavaWorker(ctx context.Context) (*javaWorker, error) {
-	java, err := exec.LookPath("java")
+	java, cp, err := sim.JavaApps(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("--worker-lang java needs Java 17 (and Maven, for java/apps.sh): %v", err)
+		return nil, fmt.Errorf("--worker-lang java: %v (run the demo from the repository)", err)
 	}
-	root, err := sim.ModuleRoot()
-	if err != nil {
-		return nil, fmt.Errorf("%v (run the demo from the repository)", err)
-	}
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "java", "apps.sh"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("java/apps.sh: %v\n%s", err, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	cp := lines[len(lines)-1]
-	// A small, fast-starting JVM: a worker restarted after kill -9 should be
-	// back within a second or two.
-	return &javaWorker{java: java, args: []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx256m", "-cp", cp, javaWorkerClass}}, nil
+	return &javaWorker{java: java, args: append(append([]string{}, sim.JavaWorkerOpts...), "-cp", cp, javaWorkerClass)}, nil
 }
 
 // workerCommand is the program and arguments of a worker process with cfg:

@@ -1,0 +1,108 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// The repository's Java applications (the examples, the demo's and the chaos
+// tool's workers): java/apps.sh compiles them with the Java library and
+// prints their classpath.
+
+// JavaWorkerOpts are the JVM options of a worker process: several start at
+// once (and again after each kill -9) on a small machine, so start fast with
+// a small heap.
+var JavaWorkerOpts = []string{"-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"}
+
+// JavaBinary is $JAVA_HOME/bin/java if JAVA_HOME is set (as
+// e2e/kafka/kafka.sh), else java from PATH.
+func JavaBinary() (string, error) {
+	if home := os.Getenv("JAVA_HOME"); home != "" {
+		p := filepath.Join(home, "bin", "java")
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("JAVA_HOME is %s but %s: %w", home, p, err)
+		}
+		return p, nil
+	}
+	return exec.LookPath("java")
+}
+
+// JavaMissing says what of java, javac and mvn (what java/apps.sh needs)
+// cannot be found; empty when nothing is missing.
+func JavaMissing() string {
+	var missing []string
+	if _, err := JavaBinary(); err != nil {
+		missing = append(missing, "java")
+	}
+	for _, tool := range []string{"javac", "mvn"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	return strings.Join(missing, ", ")
+}
+
+// NeedJava skips t (a *testing.T: this package does not import testing, so
+// that the programs linking it get no test flags) when java, javac or mvn is
+// missing, or fails it instead when E2E_REQUIRE_KAFKA is set (make test:
+// every part must run).
+func NeedJava(t interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}) {
+	t.Helper()
+	if m := JavaMissing(); m != "" {
+		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+			t.Fatalf("%s not found: the Java applications need Java 17 and Maven (E2E_REQUIRE_KAFKA is set)", m)
+		}
+		t.Skipf("%s not found: the Java applications need Java 17 and Maven", m)
+	}
+}
+
+// JavaApps runs java/apps.sh, its progress to progress (nil: kept for the
+// error), and returns the java binary and the classpath of the applications.
+func JavaApps(ctx context.Context, progress io.Writer) (java, classpath string, err error) {
+	if m := JavaMissing(); m != "" {
+		return "", "", fmt.Errorf("the Java applications need java, javac and mvn: %s not found", m)
+	}
+	if java, err = JavaBinary(); err != nil {
+		return "", "", err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", "", fmt.Errorf("finding java/apps.sh: %w", err)
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "java", "apps.sh"))
+	cmd.Dir = root
+	cmd.Stdout = &out
+	cmd.Stderr = &errOut
+	if progress != nil {
+		cmd.Stderr = io.MultiWriter(&errOut, progress)
+	}
+	if err := cmd.Run(); err != nil {
+		return "", "", fmt.Errorf("java/apps.sh: %v\n%s", err, lastLines(errOut.String(), 20))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	classpath = strings.TrimSpace(lines[len(lines)-1])
+	if classpath == "" {
+		return "", "", errors.New("java/apps.sh printed no classpath")
+	}
+	return java, classpath, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
