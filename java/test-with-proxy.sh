@@ -39,11 +39,12 @@ start_proxy() {
   local name=$1 upstream=$2 bs met pid deadline
   shift 2
   bs=127.0.0.1:$(free_port); met=127.0.0.1:$(free_port)
-  local up=(--upstream "$upstream")
-  [ "$upstream" = embedded ] && up=()
+  local up=(--upstream "$upstream") data=()
+  # Embedded: each proxy a cluster and a data directory of its own (one directory serves one cluster).
+  [ "$upstream" = embedded ] && up=() && data=(SHARETX_EMBEDDED_DATA_DIR="$WORK/embedded-$name")
   # Broker listeners on free ports too (clients learn them from the rewritten metadata).
   # SHARETX_JAVA_WORK is this script's, not a proxy setting (the proxy refuses unknown SHARETX_ names).
-  env -u SHARETX_JAVA_WORK SHARETX_LISTEN_BROKER_PORT_BASE=0 "$@" "$WORK/sharetx" ${up[@]+"${up[@]}"} --bootstrap "$bs" --metrics "$met" \
+  env -u SHARETX_JAVA_WORK SHARETX_LISTEN_BROKER_PORT_BASE=0 ${data[@]+"${data[@]}"} "$@" "$WORK/sharetx" ${up[@]+"${up[@]}"} --bootstrap "$bs" --metrics "$met" \
     >"$WORK/proxy-$name.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -13,6 +14,7 @@ import (
 type Embedded struct {
 	Cluster *kfake.Cluster
 	DataDir string
+	lock    *os.File // holds an exclusive flock on DataDir/.lock while running
 }
 
 // DefaultDataDir is where the embedded cluster keeps its data when
@@ -40,6 +42,18 @@ func StartEmbedded(dir string, n int, opts ...kfake.Opt) (*Embedded, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded cluster data dir: %w", err)
 	}
+	// Two clusters on one data dir would each persist over the other's
+	// state (topics, offsets, transactions) and lose records: the second
+	// one is refused.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embedded cluster data dir: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("embedded.data_dir %s is in use by another sharetx with an embedded cluster (%v): stop it, "+
+			"or give this one its own directory (embedded.data_dir, SHARETX_EMBEDDED_DATA_DIR)", dir, err)
+	}
 	all := append([]kfake.Opt{
 		kfake.NumBrokers(n),
 		kfake.DataDir(dir),
@@ -47,13 +61,17 @@ func StartEmbedded(dir string, n int, opts ...kfake.Opt) (*Embedded, error) {
 	}, opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("starting the embedded cluster in %s: %w", dir, err)
 	}
-	return &Embedded{Cluster: c, DataDir: dir}, nil
+	return &Embedded{Cluster: c, DataDir: dir, lock: lock}, nil
 }
 
 // Seeds are the embedded cluster's broker addresses.
 func (e *Embedded) Seeds() []string { return e.Cluster.ListenAddrs() }
 
-// Close stops the cluster, flushing its data.
-func (e *Embedded) Close() { e.Cluster.Close() }
+// Close stops the cluster, flushing its data, and frees its data dir.
+func (e *Embedded) Close() {
+	e.Cluster.Close()
+	e.lock.Close()
+}
