@@ -14,10 +14,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 type kafkaField struct {
@@ -57,19 +58,7 @@ type kafkaSchemas struct {
 // kafkaClientsJar is the kafka-clients jar that e2e/kafka/kafka.sh puts in
 // its cache (SHARETX_CACHE, KAFKA_LIBS and KAFKA_VERSION as there).
 func kafkaClientsJar() string {
-	version := os.Getenv("KAFKA_VERSION")
-	if version == "" {
-		version = "4.4.0"
-	}
-	libs := os.Getenv("KAFKA_LIBS")
-	if libs == "" {
-		cache := os.Getenv("SHARETX_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "sharetx")
-		}
-		libs = filepath.Join(cache, "kafka-libs-"+version)
-	}
+	libs, version := sim.KafkaLibsDir("")
 	return filepath.Join(libs, "kafka-clients-"+version+".jar")
 }
 

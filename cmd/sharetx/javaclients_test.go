@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // TestJavaClientsZeroConfig runs Apache Kafka's own Java clients and tools
@@ -82,19 +84,7 @@ func TestJavaClientsZeroConfig(t *testing.T) {
 // kafkaJarsCached reports whether e2e/kafka/kafka.sh has resolved the jars
 // (SHARETX_CACHE, KAFKA_LIBS and KAFKA_VERSION as there).
 func kafkaJarsCached() bool {
-	version := os.Getenv("KAFKA_VERSION")
-	if version == "" {
-		version = "4.4.0"
-	}
-	libs := os.Getenv("KAFKA_LIBS")
-	if libs == "" {
-		cache := os.Getenv("SHARETX_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "sharetx")
-		}
-		libs = filepath.Join(cache, "kafka-libs-"+version)
-	}
+	libs, _ := sim.KafkaLibsDir("")
 	_, err := os.Stat(filepath.Join(libs, ".complete"))
 	return err == nil
 }

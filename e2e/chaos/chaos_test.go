@@ -27,16 +27,7 @@ func TestMain(m *testing.M) {
 // Every input must be in the output exactly once (read_committed) and
 // acknowledged in the share group.
 func TestChaosShort(t *testing.T) {
-	seeds := os.Getenv("E2E_KAFKA_SEEDS")
-	if seeds == "" {
-		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not: start a cluster with `make kafka-up`")
-		}
-		t.Skip("real cluster not configured: set E2E_KAFKA_SEEDS (make test does)")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	seeds := sim.RealSeeds(t, testing.Short())
 	t.Parallel()
 	dir, err := os.MkdirTemp("", "sharetx-chaos-test-")
 	if err != nil {
@@ -48,7 +39,7 @@ func TestChaosShort(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	results, err := Run(ctx, Options{
-		Seeds:   strings.Split(seeds, ","),
+		Seeds:   seeds,
 		Records: 300,
 		Workers: 2,
 		Proxies: 2,
@@ -99,16 +90,7 @@ func TestChaosShort(t *testing.T) {
 // of TestChaosShort's processes would slow both down past their start-up
 // deadlines on a small machine.
 func TestChaosShortJava(t *testing.T) {
-	seeds := os.Getenv("E2E_KAFKA_SEEDS")
-	if seeds == "" {
-		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not: start a cluster with `make kafka-up`")
-		}
-		t.Skip("real cluster not configured: set E2E_KAFKA_SEEDS (make test does)")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	seeds := sim.RealSeeds(t, testing.Short())
 	sim.NeedJava(t)
 	dir, err := os.MkdirTemp("", "sharetx-chaos-java-test-")
 	if err != nil {
@@ -122,7 +104,7 @@ func TestChaosShortJava(t *testing.T) {
 	faults := []string{"none", "worker-kill"}
 	start := time.Now()
 	results, err := Run(ctx, Options{
-		Seeds:      strings.Split(seeds, ","),
+		Seeds:      seeds,
 		Records:    records,
 		Workers:    3,
 		Proxies:    2,
@@ -188,15 +170,8 @@ func TestChaosShortJava(t *testing.T) {
 // check hands back records nobody acknowledged, and never acknowledges them
 // itself (a second check finds them again).
 func TestVerifierOnCluster(t *testing.T) {
-	seeds := os.Getenv("E2E_KAFKA_SEEDS")
-	if seeds == "" {
-		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not")
-		}
-		t.Skip("real cluster not configured: set E2E_KAFKA_SEEDS (make test does)")
-	}
+	s := sim.RealSeeds(t, false)
 	t.Parallel()
-	s := strings.Split(seeds, ",")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin, err := direct(s)

@@ -106,3 +106,47 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// KafkaLibsDir is where e2e/kafka/kafka.sh keeps the resolved Kafka jars of
+// version (empty: KAFKA_VERSION, else 4.4.0), as that script computes it:
+// KAFKA_LIBS, else $SHARETX_CACHE (default ~/.cache/sharetx)/kafka-libs-VERSION.
+// It returns the version too. The directory holds .complete once resolved.
+func KafkaLibsDir(version string) (dir, v string) {
+	if version == "" {
+		version = os.Getenv("KAFKA_VERSION")
+	}
+	if version == "" {
+		version = "4.4.0"
+	}
+	if libs := os.Getenv("KAFKA_LIBS"); libs != "" {
+		return libs, version
+	}
+	cache := os.Getenv("SHARETX_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "sharetx")
+	}
+	return filepath.Join(cache, "kafka-libs-"+version), version
+}
+
+// RealSeeds returns the real cluster of E2E_KAFKA_SEEDS, split, skipping t
+// when it is not set (failing it instead with E2E_REQUIRE_KAFKA set) or
+// under -short.
+func RealSeeds(t interface {
+	Helper()
+	Fatal(args ...any)
+	Skip(args ...any)
+}, short bool) []string {
+	t.Helper()
+	seeds := os.Getenv("E2E_KAFKA_SEEDS")
+	if seeds == "" {
+		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not: start a cluster with `make kafka-up`")
+		}
+		t.Skip("real cluster not configured: set E2E_KAFKA_SEEDS (make test does)")
+	}
+	if short {
+		t.Skip("-short")
+	}
+	return strings.Split(seeds, ",")
+}
