@@ -4,7 +4,7 @@
 #
 #   java -cp "$(java/apps.sh)" io.sharetx.examples.ConsumeTransformProduce ...
 #
-# The applications are every .java file under java/examples/, e2e/chaos/java/ and
+# The applications are every .java file under java/examples/, e2e/chaos/java/, e2e/bench/java/ and
 # examples/demo/java/, compiled with javac into java/target/apps against the library's classes and
 # kafka-clients (KAFKA_CLIENTS_VERSION, default the pom's). Maven downloads what its cache lacks the
 # first time (MVN_OFFLINE=1 forbids that) and nothing after.
@@ -33,7 +33,7 @@ if ! out=$(cd "$J" && mvn -B -q ${offline[@]+"${offline[@]}"} ${version[@]+"${ve
 fi
 cp=$J/target/classes:$(cat "$deps")
 apps=$J/target/apps${KAFKA_CLIENTS_VERSION:+-$KAFKA_CLIENTS_VERSION}
-mapfile -t srcs < <(find "$J/examples" "$ROOT/e2e/chaos/java" "$ROOT/examples/demo/java" -name '*.java' 2>/dev/null | sort)
+mapfile -t srcs < <(find "$J/examples" "$ROOT/e2e/chaos/java" "$ROOT/e2e/bench/java" "$ROOT/examples/demo/java" -name '*.java' 2>/dev/null | sort)
 if [ ${#srcs[@]} -gt 0 ]; then
   # Recompile only when a source or the library is newer than the last build.
   stamp=$apps/.built

@@ -35,3 +35,20 @@ func TestParseShareConsumerPerformance(t *testing.T) {
 		t.Error("no CSV: no error")
 	}
 }
+
+func TestParseEosResult(t *testing.T) {
+	out := "progress\nRESULT mode=share records=100000 transactions=120 aborts=1 seconds=4.250 records_per_s=23529.4 commit_p50_ms=3.100 commit_p99_ms=12.500 later=1\n"
+	r, err := parseEosResult(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := javaEOSResult{Mode: "share", Records: 100000, Transactions: 120, Aborts: 1, Seconds: 4.25, RecordsSec: 23529.4, CommitP50Ms: 3.1, CommitP99Ms: 12.5}
+	if r != want {
+		t.Fatalf("got %+v\nwant %+v", r, want)
+	}
+	for _, bad := range []string{"", "RESULT mode=share records=x", "RESULT mode=share records=1", "ERROR org.apache.kafka.common.errors.TimeoutException: boom\n"} {
+		if _, err := parseEosResult(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -1,0 +1,277 @@
+package io.sharetx.bench;
+
+import io.sharetx.clients.ShareAcknowledgements;
+import io.sharetx.clients.ShareGroupMetadata;
+import io.sharetx.clients.ShareTransactions;
+import io.sharetx.clients.SharetxProducer;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.CloseOptions;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.AuthenticationException;
+import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * The bench's Java consume-transform-produce (e2e/bench, section java-eos): one poll of up to
+ * --batch records is one transaction that holds one output per input (the input's value, keyed
+ * "partition:offset", the id the bench's exactly-once check counts).
+ *
+ * <ul>
+ *   <li>--mode share: a stock KafkaShareConsumer in explicit mode and a SharetxProducer through the
+ *       sharetx sidecar, the inputs' ACCEPTs bound to the transaction
+ *       (sendShareAcknowledgementsToTransaction), the pattern of java/README.md;</li>
+ *   <li>--mode group: Java's own consumer-group exactly-once, direct: a KafkaConsumer
+ *       (read_committed, no auto-commit) and a transactional KafkaProducer with
+ *       sendOffsetsToTransaction(offsets, groupMetadata()).</li>
+ * </ul>
+ *
+ * Flags: --mode share|group --bootstrap --in --out --group --transactional-id --batch (1000)
+ * --target (stop once that many inputs are committed) --max-seconds (or that long after the first
+ * record). Prints one line on stdout at the end:
+ * {@code RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. commit_p50_ms=.. commit_p99_ms=..},
+ * or {@code ERROR <message>} and exits 1. Progress goes to stderr.
+ */
+public final class EosBench {
+    private EosBench() {
+    }
+
+    public static void main(String[] args) {
+        Map<String, String> o = parse(args);
+        String mode = o.getOrDefault("mode", "share");
+        try {
+            Result r = switch (mode) {
+                case "share" -> share(o);
+                case "group" -> group(o);
+                default -> throw new IllegalArgumentException("--mode: share or group, not " + mode);
+            };
+            System.out.println(r.line(mode));
+            System.out.flush();
+            System.exit(0);
+        } catch (Exception e) {
+            System.out.println("ERROR " + e.toString().replace('\n', ' '));
+            e.printStackTrace(System.err);
+            System.out.flush();
+            System.exit(1);
+        }
+    }
+
+    /** What a run counts; the clock runs from the first record to the last commit. */
+    static final class Result {
+        long records, transactions, aborts, first, last;
+        final List<Double> commitMs = new ArrayList<>();
+
+        String line(String mode) {
+            double secs = Math.max(last - first, 1) / 1e9;
+            List<Double> c = new ArrayList<>(commitMs);
+            Collections.sort(c);
+            return String.format(Locale.ROOT, "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f commit_p50_ms=%.3f commit_p99_ms=%.3f",
+                mode, records, transactions, aborts, secs, records / secs, quantile(c, 0.5), quantile(c, 0.99));
+        }
+
+        boolean done(long target, long maxNanos) {
+            return records >= target || (first != 0 && System.nanoTime() - first > maxNanos);
+        }
+    }
+
+    static double quantile(List<Double> sorted, double q) {
+        if (sorted.isEmpty()) {
+            return 0;
+        }
+        int i = (int) Math.ceil(q * sorted.size()) - 1; // nearest rank
+        return sorted.get(Math.max(0, Math.min(sorted.size() - 1, i)));
+    }
+
+    static byte[] id(ConsumerRecord<byte[], byte[]> r) {
+        return (r.partition() + ":" + r.offset()).getBytes(StandardCharsets.UTF_8);
+    }
+
+    static Map<String, Object> producerConfig(Map<String, String> o) {
+        Map<String, Object> pc = new HashMap<>();
+        pc.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
+        pc.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, o.get("transactional-id"));
+        pc.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, "none"); // as the Go pipelines: the bytes produced are the bytes sent
+        pc.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        pc.put(ProducerConfig.BATCH_SIZE_CONFIG, "1048576");
+        return pc;
+    }
+
+    /** Share-group exactly-once through sharetx. */
+    static Result share(Map<String, String> o) {
+        int batch = Integer.parseInt(o.getOrDefault("batch", "1000"));
+        long target = Long.parseLong(o.getOrDefault("target", "100000"));
+        long maxNanos = (long) (Double.parseDouble(o.getOrDefault("max-seconds", "10")) * 1e9);
+        String out = o.get("out");
+        Map<String, Object> cc = new HashMap<>();
+        cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
+        cc.put(ConsumerConfig.GROUP_ID_CONFIG, o.get("group"));
+        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
+        Result r = new Result();
+        KafkaShareConsumer<byte[], byte[]> consumer = ShareTransactions.newShareConsumer(cc, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        SharetxProducer<byte[], byte[]> producer = new SharetxProducer<>(producerConfig(o), new ByteArraySerializer(), new ByteArraySerializer());
+        try {
+            consumer.subscribe(List.of(o.get("in")));
+            producer.initTransactions();
+            ShareGroupMetadata md = ShareTransactions.shareGroupMetadata(consumer);
+            long deadline = System.nanoTime() + maxNanos + 60_000_000_000L; // the join may take a while
+            int failedInARow = 0;
+            while (!r.done(target, maxNanos)) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException(r.records + " records before the deadline");
+                }
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofSeconds(1));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                if (r.first == 0) {
+                    r.first = System.nanoTime();
+                }
+                producer.beginTransaction();
+                try {
+                    for (ConsumerRecord<byte[], byte[]> in : records) {
+                        producer.send(new ProducerRecord<>(out, id(in), in.value()));
+                    }
+                    producer.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT), md);
+                    long t = System.nanoTime();
+                    producer.commitTransaction();
+                    r.commitMs.add((System.nanoTime() - t) / 1e6);
+                    ShareTransactions.acknowledgeHandedOver(consumer, records);
+                    r.records += records.count();
+                    r.transactions++;
+                    r.last = System.nanoTime();
+                    failedInARow = 0;
+                } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
+                    throw e;
+                } catch (KafkaException e) {
+                    producer.abortTransaction();
+                    ShareTransactions.releaseForRedelivery(consumer, records);
+                    r.aborts++;
+                    System.err.println("aborted a transaction of " + records.count() + " records: " + e);
+                    if (++failedInARow >= 5) {
+                        throw new IllegalStateException("5 transactions in a row failed, the last: " + e, e);
+                    }
+                }
+            }
+        } finally {
+            consumer.close(Duration.ofSeconds(10));
+            producer.close(Duration.ofSeconds(10));
+        }
+        return r;
+    }
+
+    /** Consumer-group exactly-once, direct: sendOffsetsToTransaction. */
+    static Result group(Map<String, String> o) {
+        int batch = Integer.parseInt(o.getOrDefault("batch", "1000"));
+        long target = Long.parseLong(o.getOrDefault("target", "100000"));
+        long maxNanos = (long) (Double.parseDouble(o.getOrDefault("max-seconds", "10")) * 1e9);
+        String out = o.get("out");
+        Map<String, Object> cc = new HashMap<>();
+        cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
+        cc.put(ConsumerConfig.GROUP_ID_CONFIG, o.get("group"));
+        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
+        cc.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cc.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        cc.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        Result r = new Result();
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cc, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerConfig(o), new ByteArraySerializer(), new ByteArraySerializer());
+        try {
+            consumer.subscribe(List.of(o.get("in")));
+            producer.initTransactions();
+            long deadline = System.nanoTime() + maxNanos + 60_000_000_000L;
+            int failedInARow = 0;
+            while (!r.done(target, maxNanos)) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException(r.records + " records before the deadline");
+                }
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofSeconds(1));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                if (r.first == 0) {
+                    r.first = System.nanoTime();
+                }
+                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+                Map<TopicPartition, Long> firstOffsets = new HashMap<>();
+                for (ConsumerRecord<byte[], byte[]> in : records) {
+                    TopicPartition tp = new TopicPartition(in.topic(), in.partition());
+                    next.put(tp, new OffsetAndMetadata(in.offset() + 1));
+                    firstOffsets.putIfAbsent(tp, in.offset());
+                }
+                producer.beginTransaction();
+                try {
+                    for (ConsumerRecord<byte[], byte[]> in : records) {
+                        producer.send(new ProducerRecord<>(out, id(in), in.value()));
+                    }
+                    producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
+                    long t = System.nanoTime();
+                    producer.commitTransaction();
+                    r.commitMs.add((System.nanoTime() - t) / 1e6);
+                    r.records += records.count();
+                    r.transactions++;
+                    r.last = System.nanoTime();
+                    failedInARow = 0;
+                } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
+                    throw e;
+                } catch (KafkaException e) {
+                    producer.abortTransaction();
+                    firstOffsets.forEach(consumer::seek); // process them again
+                    r.aborts++;
+                    System.err.println("aborted a transaction of " + records.count() + " records: " + e);
+                    if (++failedInARow >= 5) {
+                        throw new IllegalStateException("5 transactions in a row failed, the last: " + e, e);
+                    }
+                }
+            }
+        } finally {
+            consumer.close(CloseOptions.timeout(Duration.ofSeconds(10)));
+            producer.close(Duration.ofSeconds(10));
+        }
+        return r;
+    }
+
+    static Map<String, String> parse(String[] args) {
+        Map<String, String> o = new HashMap<>();
+        for (int i = 0; i < args.length; i++) {
+            if (!args[i].startsWith("--")) {
+                throw new IllegalArgumentException("unexpected argument " + args[i]);
+            }
+            String a = args[i].substring(2);
+            int eq = a.indexOf('=');
+            if (eq >= 0) {
+                o.put(a.substring(0, eq), a.substring(eq + 1));
+            } else if (i + 1 < args.length) {
+                o.put(a, args[++i]);
+            } else {
+                throw new IllegalArgumentException("--" + a + " needs a value");
+            }
+        }
+        for (String need : List.of("bootstrap", "in", "out", "group", "transactional-id")) {
+            if (!o.containsKey(need)) {
+                throw new IllegalArgumentException("--" + need + " is required");
+            }
+        }
+        return o;
+    }
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
+)
+
+// javaEOSOpts is one run of e2e/bench/java's EosBench.
+type javaEOSOpts struct {
+	Mode                             string // share (through sharetx) or group (direct)
+	Bootstrap, In, Out, Group, TxnID string
+	Batch                            int
+	Target                           int64
+	MaxDur                           time.Duration
+}
+
+// javaEOSResult is EosBench's RESULT line.
+type javaEOSResult struct {
+	Mode                          string
+	Records, Transactions, Aborts int64
+	Seconds, RecordsSec           float64
+	CommitP50Ms, CommitP99Ms      float64
+}
+
+// The JVM options of a bench run: the JIT's full tiers (the workers' fast
+// start-up options would measure the interpreter), the same for both modes.
+var javaBenchOpts = []string{"-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Xshare:auto"}
+
+var javaApps struct {
+	once          sync.Once
+	java, cp, err string
+}
+
+// runJavaEOS builds the Java applications once (java/apps.sh) and runs
+// EosBench, killing the JVM when ctx ends.
+func runJavaEOS(ctx context.Context, o javaEOSOpts) (javaEOSResult, error) {
+	javaApps.once.Do(func() {
+		var log bytes.Buffer
+		java, cp, err := sim.JavaApps(ctx, &log)
+		javaApps.java, javaApps.cp = java, cp
+		if err != nil {
+			javaApps.err = fmt.Sprintf("%v\n%s", err, log.String())
+		}
+	})
+	if javaApps.err != "" {
+		return javaEOSResult{}, fmt.Errorf("building the Java applications: %s", javaApps.err)
+	}
+	args := append(append([]string{}, javaBenchOpts...), "-cp", javaApps.cp, "io.sharetx.bench.EosBench",
+		"--mode", o.Mode, "--bootstrap", o.Bootstrap, "--in", o.In, "--out", o.Out, "--group", o.Group,
+		"--transactional-id", o.TxnID, "--batch", strconv.Itoa(o.Batch), "--target", strconv.FormatInt(o.Target, 10),
+		"--max-seconds", strconv.FormatFloat(o.MaxDur.Seconds(), 'f', 3, 64))
+	ctx, cancel := context.WithTimeout(ctx, o.MaxDur+3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, javaApps.java, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r, perr := parseEosResult(stdout.String())
+	if err != nil || perr != nil {
+		return javaEOSResult{}, fmt.Errorf("EosBench --mode %s: %v %v\nstdout: %s\nstderr (last lines): %s", o.Mode, err, perr,
+			strings.TrimSpace(stdout.String()), tail(stderr.String(), 15))
+	}
+	return r, nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// parseEosResult reads the RESULT line (an ERROR line is the run's error).
+func parseEosResult(out string) (javaEOSResult, error) {
+	var r javaEOSResult
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "ERROR "); ok {
+			return r, fmt.Errorf("EosBench: %s", rest)
+		}
+		rest, ok := strings.CutPrefix(line, "RESULT ")
+		if !ok {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, f := range strings.Fields(rest) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				return r, fmt.Errorf("RESULT: bad field %q", f)
+			}
+			var err error
+			switch k {
+			case "mode":
+				r.Mode = v
+			case "records":
+				r.Records, err = strconv.ParseInt(v, 10, 64)
+			case "transactions":
+				r.Transactions, err = strconv.ParseInt(v, 10, 64)
+			case "aborts":
+				r.Aborts, err = strconv.ParseInt(v, 10, 64)
+			case "seconds":
+				r.Seconds, err = strconv.ParseFloat(v, 64)
+			case "records_per_s":
+				r.RecordsSec, err = strconv.ParseFloat(v, 64)
+			case "commit_p50_ms":
+				r.CommitP50Ms, err = strconv.ParseFloat(v, 64)
+			case "commit_p99_ms":
+				r.CommitP99Ms, err = strconv.ParseFloat(v, 64)
+			default:
+				continue // a later field: ignored
+			}
+			if err != nil {
+				return r, fmt.Errorf("RESULT: %s: %w", k, err)
+			}
+			seen[k] = true
+		}
+		for _, k := range []string{"mode", "records", "transactions", "seconds", "records_per_s"} {
+			if !seen[k] {
+				return r, fmt.Errorf("RESULT: no %s in %q", k, line)
+			}
+		}
+		return r, nil
+	}
+	return r, fmt.Errorf("no RESULT line")
+}
