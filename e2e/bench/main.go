@@ -32,7 +32,7 @@ import (
 )
 
 // allParts are the sections of a run, in the order they run.
-var allParts = []string{"passthrough", "pipelines", "latency", "staged"}
+var allParts = []string{"passthrough", "pipelines", "scaling", "java-eos", "latency", "staged"}
 
 // Options are the knobs of one run.
 type Options struct {
@@ -49,6 +49,20 @@ type Options struct {
 	PipelineRecords int           `json:"pipeline_records"`
 	PipelineDur     time.Duration `json:"pipeline_duration_ns"`
 	Batches         []int         `json:"batches"`
+	Rounds          int           `json:"rounds"`
+	PipelineWorkers int           `json:"pipeline_workers"`
+	ScaleWorkers    []int         `json:"scale_workers"`
+	ScalePartitions []int         `json:"scale_partitions"`
+	ScaleBatch      int           `json:"scale_batch"`
+	ScaleProc       time.Duration `json:"scale_processing_ns"`
+	ScaleDur        time.Duration `json:"scale_duration_ns"`
+	ScaleWarm       time.Duration `json:"scale_warm_ns"`
+	ScaleRounds     int           `json:"scale_rounds"`
+	ScaleRecords    int           `json:"scale_records"`
+	JavaEOSBatch    int           `json:"java_eos_batch"`
+	JavaEOSDur      time.Duration `json:"java_eos_duration_ns"`
+	Pin             bool          `json:"pin"`
+	Quick           bool          `json:"quick"`
 	PacedRate       int           `json:"paced_rate"`
 	PacedDur        time.Duration `json:"paced_duration_ns"`
 	SharetxBin      string        `json:"-"`
@@ -57,6 +71,14 @@ type Options struct {
 	Perf            bool          `json:"perf"`
 	Parts           []string      `json:"parts"`
 	Out             io.Writer     `json:"-"`
+}
+
+// quickDefaults are --quick's settings (about 5 minutes on 2 cores).
+var quickDefaults = map[string]string{
+	"records": "100000", "repeat": "2", "java-records": "50000", "latency-duration": "4s",
+	"pipeline-records": "50000", "pipeline-duration": "3s", "batches": "100,1000", "rounds": "2",
+	"scale-duration": "3s", "scale-rounds": "1", "scale-records": "20000",
+	"java-eos-duration": "5s", "paced-duration": "8s",
 }
 
 func main() { os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -70,25 +92,49 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	var o Options
 	seeds := fs.String("seeds", "", "bootstrap list of a running cluster; empty: `kafka.sh up` (KAFKA_* variables pass through)")
 	fs.StringVar(&o.KafkaScript, "kafka-script", "", "path to e2e/kafka/kafka.sh (default: from the module root)")
+	fs.BoolVar(&o.Quick, "quick", false, "the quick variant (about 5 minutes): fewer records, shorter runs, 2 rounds, transactions of 100 and 1000; flags given explicitly still apply")
 	fs.IntVar(&o.Records, "records", 300000, "records per franz-go produce and share-consume run")
 	fs.IntVar(&o.RecordSize, "record-size", 1024, "bytes per record value")
-	fs.IntVar(&o.Repeat, "repeat", 2, "runs of each pass-through measurement per side (interleaved; the best is compared)")
+	fs.IntVar(&o.Repeat, "repeat", 3, "runs of each pass-through measurement per side (interleaved; medians compared)")
 	fs.IntVar(&o.Partitions, "partitions", 3, "partitions of every topic")
 	fs.IntVar(&o.LatencyRate, "latency-rate", 1000, "records/s of the produce-latency runs (moderate load)")
 	fs.DurationVar(&o.LatencyDur, "latency-duration", 8*time.Second, "duration of each produce-latency run")
 	fs.IntVar(&o.JavaRecords, "java-records", 150000, "records per ProducerPerformance / ShareConsumerPerformance run")
-	fs.BoolVar(&o.SkipJava, "skip-java", false, "skip the Java perf tools")
+	fs.BoolVar(&o.SkipJava, "skip-java", false, "skip everything Java (the perf tools and the java-eos section)")
 	fs.IntVar(&o.PipelineRecords, "pipeline-records", 100000, "input records of the consume-transform-produce runs (each run stops there or at --pipeline-duration)")
-	fs.DurationVar(&o.PipelineDur, "pipeline-duration", 12*time.Second, "time limit of each consume-transform-produce run")
+	fs.DurationVar(&o.PipelineDur, "pipeline-duration", 5*time.Second, "time limit of each consume-transform-produce run")
 	batches := fs.String("batches", "10,100,1000", "records per transaction (and per at-least-once poll)")
+	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds of every pipeline comparison (medians and their spread are reported)")
+	fs.IntVar(&o.PipelineWorkers, "pipeline-workers", 0, "workers of each pipeline run (default: --partitions, so that consumer-group EOS uses every partition)")
+	scaleW := fs.String("scale-workers", "1,2,4,8", "workers of the scaling runs")
+	scaleP := fs.String("scale-partitions", "1,2", "input partitions of the scaling runs")
+	fs.IntVar(&o.ScaleBatch, "scale-batch", 100, "records per transaction of the scaling runs")
+	fs.DurationVar(&o.ScaleProc, "scale-processing", 2*time.Millisecond, "processing time per record of the scaling runs (a wait, like a call to another service)")
+	fs.DurationVar(&o.ScaleDur, "scale-duration", 6*time.Second, "measured time of each scaling run (after --scale-warm)")
+	fs.DurationVar(&o.ScaleWarm, "scale-warm", 3*time.Second, "warm-up of each scaling run from its first record, not measured (the members' joins and the consumer group's rebalances)")
+	fs.IntVar(&o.ScaleRounds, "scale-rounds", 2, "interleaved rounds of the scaling runs")
+	fs.IntVar(&o.ScaleRecords, "scale-records", 50000, "input records of each scaling topic")
+	fs.IntVar(&o.JavaEOSBatch, "java-eos-batch", 1000, "records per transaction of the Java exactly-once comparison")
+	fs.DurationVar(&o.JavaEOSDur, "java-eos-duration", 8*time.Second, "time limit of each Java exactly-once run")
+	fs.BoolVar(&o.Pin, "pin", false, "pin mode: the broker, this process and the clients it starts on all CPUs but the last, the proxy (and the relay) on the last one, for every side alike")
 	fs.IntVar(&o.PacedRate, "paced-rate", 200, "records/s fed to the latency pipeline (the consumer is caught up: long-poll ShareFetch in flight)")
 	fs.DurationVar(&o.PacedDur, "paced-duration", 12*time.Second, "duration of the latency pipeline")
-	jsonPath := fs.String("json", "bench-results/bench.json", "write the results as JSON here (the PNG goes next to it, .png)")
+	jsonPath := fs.String("json", "bench-results/bench.json", "write the results as JSON here (the PNGs go next to it: .png, -scaling.png)")
 	fs.StringVar(&o.WorkDir, "work-dir", "", "where the sharetx binary and its log go (default: a new directory under $TMPDIR)")
 	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
 	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxy's log level (in its log file)")
 	parts := fs.String("parts", strings.Join(allParts, ","), "the sections to run (a subset of "+strings.Join(allParts, ",")+"); goals of the others are reported as not measured")
 	fs.BoolVar(&o.Perf, "perf", false, "sample the proxy process with Linux perf for the whole run and print its heaviest functions")
+	// --quick sets other defaults: parse once to see it, then again over them.
+	if slices.ContainsFunc(args, func(a string) bool {
+		return a == "--quick" || a == "-quick" || a == "--quick=true" || a == "-quick=true"
+	}) {
+		for name, v := range quickDefaults {
+			if err := fs.Set(name, v); err != nil {
+				panic(err) // a name above is wrong: a programming error
+			}
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -104,15 +150,25 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Parts = append(o.Parts, s)
 	}
-	for _, s := range strings.Split(*batches, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(stderr, "bench: --batches: bad %q\n", s)
-			return 2
+	for _, l := range []struct {
+		flag string
+		s    *string
+		to   *[]int
+	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}} {
+		for _, s := range strings.Split(*l.s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				fmt.Fprintf(stderr, "bench: --%s: bad %q (a comma-separated list of numbers >= 1)\n", l.flag, s)
+				return 2
+			}
+			*l.to = append(*l.to, n)
 		}
-		o.Batches = append(o.Batches, n)
 	}
-	if o.Records < 1 || o.RecordSize < 1 || o.Repeat < 1 || o.Partitions < 1 || o.LatencyRate < 1 || o.PipelineRecords < 1 || o.PacedRate < 1 {
+	if o.PipelineWorkers == 0 {
+		o.PipelineWorkers = o.Partitions
+	}
+	if o.Records < 1 || o.RecordSize < 1 || o.Repeat < 1 || o.Partitions < 1 || o.LatencyRate < 1 || o.PipelineRecords < 1 || o.PacedRate < 1 ||
+		o.Rounds < 1 || o.PipelineWorkers < 1 || o.ScaleBatch < 1 || o.ScaleRounds < 1 || o.ScaleRecords < 1 || o.JavaEOSBatch < 1 {
 		fmt.Fprintln(stderr, "bench: counts, sizes and rates must be >= 1")
 		return 2
 	}
@@ -149,7 +205,18 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "bench: plot: %v\n", err)
 				failed = true
 			}
-			fmt.Fprintf(stdout, "wrote %s and %s\n", *jsonPath, png)
+			written := []string{*jsonPath, png}
+			if lines := res.scalingLines(); len(lines) > 0 {
+				sp := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + "-scaling.png"
+				title := fmt.Sprintf("exactly-once past the partition count: records/s against workers (%.0f ms of waiting per record, transactions of %d)", float64(o.ScaleProc)/float64(time.Millisecond), o.ScaleBatch)
+				if err := writeLinePlotFile(sp, title, "workers", "records/s", lines); err != nil {
+					fmt.Fprintf(stderr, "bench: plot: %v\n", err)
+					failed = true
+				} else {
+					written = append(written, sp)
+				}
+			}
+			fmt.Fprintf(stdout, "wrote %s\n", strings.Join(written, ", "))
 		}
 	}
 	for _, e := range res.Errors {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"text/tabwriter"
+	"time"
 )
 
 // goal is one of issue 5's targets: measured, never asserted.
@@ -61,19 +62,6 @@ func mkGoal(name string, measured, target float64, unit string, atLeast bool, de
 	return g
 }
 
-// best picks the best run of a side: the highest value of f (throughput)
-// or, with lowest, the lowest (latency). NaN when there is none.
-func best[T any](runs []T, f func(T) float64, lowest bool) float64 {
-	b := math.NaN()
-	for _, r := range runs {
-		v := f(r)
-		if math.IsNaN(b) || (lowest && v < b) || (!lowest && v > b) {
-			b = v
-		}
-	}
-	return b
-}
-
 func tputRecs(t throughput) float64       { return t.RecordsSec }
 func latP99(l latencyResult) float64      { return l.P99Ms }
 func latP50(l latencyResult) float64      { return l.P50Ms }
@@ -85,82 +73,138 @@ func jpMiB(j javaProduce) float64         { return j.MiBSec }
 func jcMiB(j javaShareConsume) float64    { return j.MiBSec }
 func ratio(proxy, direct float64) float64 { return proxy / direct }
 
-// pipelineAt finds the run of mode at batch.
-func (r *Results) pipelineAt(mode string, batch int) *pipelineResult {
-	for _, p := range r.Pipeline {
-		if p.Mode == mode && p.Batch == batch {
-			return p
-		}
+// passRatio is the spread over rounds of proxy/direct of one pass-through
+// throughput (a round's proxy run against the same round's direct run).
+func passRatio[T any](p sidePair[T], f func(T) float64) spread {
+	return pairSpread(p.Proxy, p.Direct, func(x, d T) float64 { return f(x) / f(d) })
+}
+
+// judged adds to g's context when the spread of the rounds straddles the
+// goal: the gap being judged is smaller than the noise.
+func judged(g *goal, s spread, scale float64) {
+	if s.straddles(g.Goal / scale) {
+		g.Context += fmt.Sprintf("; the rounds' spread (%.4g–%.4g%s) straddles the goal: wider than the gap being judged, this run cannot decide it", s.Min*scale, s.Max*scale, g.Unit)
 	}
-	return nil
+}
+
+func addContext(g *goal, format string, args ...any) {
+	if g.Context != "" {
+		g.Context += "; "
+	}
+	g.Context += fmt.Sprintf(format, args...)
 }
 
 func computeGoals(r *Results) []goal {
 	var gs []goal
-	// 1. Throughput: the worst proxy/direct ratio of the four pass-through
-	// throughputs (best run of each side).
-	worst, worstName := math.NaN(), "no pass-through throughput measured"
-	check := func(name string, p, d float64) {
-		x := ratio(p, d)
-		if math.IsNaN(x) {
-			return
-		}
-		if math.IsNaN(worst) || x < worst {
-			worst, worstName = x, name
-		}
-	}
-	check("franz produce", best(r.FranzProduce.Proxy, tputRecs, false), best(r.FranzProduce.Direct, tputRecs, false))
-	check("franz share consume", best(r.FranzConsume.Proxy, tputRecs, false), best(r.FranzConsume.Direct, tputRecs, false))
-	check("java produce", best(r.JavaProduce.Proxy, jpRecs, false), best(r.JavaProduce.Direct, jpRecs, false))
-	check("java share consume", best(r.JavaConsume.Proxy, jcRecs, false), best(r.JavaConsume.Direct, jcRecs, false))
-	g := mkGoal("proxy_throughput_vs_direct", worst*100, 95, "%", true, "worst of the pass-through throughputs: "+worstName)
-	g.Context = "worst: " + worstName
-	if rp, rc := ratio(best(r.FranzProduce.Relay, tputRecs, false), best(r.FranzProduce.Direct, tputRecs, false)),
-		ratio(best(r.FranzConsume.Relay, tputRecs, false), best(r.FranzConsume.Direct, tputRecs, false)); !math.IsNaN(rp) || !math.IsNaN(rc) {
-		g.Context += fmt.Sprintf("; a bare user-space TCP relay (no protocol logic) reaches %.1f%% (franz produce) and %.1f%% (franz share consume) of direct in the same run", rp*100, rc*100)
+	pinned := r.Options.Pin
+	k1000 := func(mode string) runKey { return runKey{Mode: mode, Batch: 1000} }
+
+	// 1. Share-group EOS through sharetx against consumer-group EOS at
+	// 1000-record transactions, workers = partitions.
+	s := ratioSpread(r.Pipeline, k1000(modeTxn), k1000(modeGroupEOS))
+	g := mkGoal("share_eos_vs_group_eos_at_1000", s.Median*100, 95, "%", true, "no 1000-record pipeline rounds of both modes")
+	if s.N > 0 {
+		addContext(&g, "median of %d rounds of txn (share-group EOS through sharetx, %d workers) / group-eos (consumer group + sendOffsetsToTransaction, direct, %d workers) on %d partitions: %s; records/s txn %s, group-eos %s",
+			s.N, r.Options.PipelineWorkers, r.Options.PipelineWorkers, r.Options.Partitions, s.format(pct0),
+			rateSpread(r.Pipeline, k1000(modeTxn)).format(f0), rateSpread(r.Pipeline, k1000(modeGroupEOS)).format(f0))
+		judged(&g, s, 100)
 	}
 	gs = append(gs, g)
-	// 2. Added p99 produce latency at a moderate fixed rate.
-	added := best(r.FranzLatency.Proxy, latP99, true) - best(r.FranzLatency.Direct, latP99, true)
-	g = mkGoal("added_p99_produce_latency", added, 1, "ms", false, "franz-go at --latency-rate")
-	if d := best(r.FranzLatency.Direct, latP99, true); !math.IsNaN(d) {
-		g.Context = fmt.Sprintf("direct p99 %.2f ms", d)
-		if rl := best(r.FranzLatency.Relay, latP99, true); !math.IsNaN(rl) {
-			g.Context += fmt.Sprintf("; the bare relay adds %.2f ms", rl-d)
+
+	// 2. Past the partition count: 8 workers on 1 partition.
+	s = ratioSpread(r.Scaling, runKey{Mode: modeTxn, Workers: 8, Par: 1}, runKey{Mode: modeGroupEOS, Workers: 8, Par: 1})
+	g = mkGoal("share_eos_vs_group_eos_8_workers_1_partition", s.Median, 6, "x", true, "no scaling rounds with 8 workers on 1 partition")
+	if s.N > 0 {
+		addContext(&g, "median of %d rounds of txn / group-eos, 8 workers on 1 partition, %.0f ms of waiting per record: %s; records/s txn %s, group-eos %s (one worker holds the partition; the ideal is 8×)",
+			s.N, float64(r.Options.ScaleProc)/float64(time.Millisecond), s.format(times1),
+			rateSpread(r.Scaling, runKey{Mode: modeTxn, Workers: 8, Par: 1}).format(f0), rateSpread(r.Scaling, runKey{Mode: modeGroupEOS, Workers: 8, Par: 1}).format(f0))
+		judged(&g, s, 1)
+	}
+	gs = append(gs, g)
+
+	// 3. Against Kafka transactions alone (direct) at 1000.
+	s = ratioSpread(r.Pipeline, k1000(modeTxn), k1000(modeKafkaTxnDirect))
+	g = mkGoal("share_eos_vs_kafka_txn_at_1000", s.Median*100, 95, "%", true, "no 1000-record pipeline rounds of txn and kafka-txn-direct")
+	if s.N > 0 {
+		addContext(&g, "median of %d rounds of txn / kafka-txn-direct (a transactional producer, ACCEPTs after the commit, no proxy): %s", s.N, s.format(pct0))
+		if p := ratioSpread(r.Pipeline, k1000(modeKafkaTxn), k1000(modeKafkaTxnDirect)); p.N > 0 {
+			addContext(&g, "the same through the proxy (kafka-txn / kafka-txn-direct: what pass-through costs here) %s", p.format(pct0))
+		}
+		if p := ratioSpread(r.Pipeline, k1000(modeTxn), k1000(modeKafkaTxn)); p.N > 0 {
+			addContext(&g, "txn / kafka-txn, both through the proxy (what binding the acks costs) %s", p.format(pct0))
+		}
+		judged(&g, s, 100)
+	}
+	gs = append(gs, g)
+
+	// 4. TxnShareAcknowledge p99 against the same run's transactional
+	// produce p99 (the paced pipeline).
+	x := math.NaN()
+	if p := r.Paced; p != nil && p.ProduceP99Ms > 0 {
+		x = p.TxnAckP99Ms / p.ProduceP99Ms
+	}
+	g = mkGoal("txn_share_ack_p99_vs_produce_p99", x, 1.2, "x", false, "latency pipeline did not run")
+	if p := r.Paced; p != nil {
+		addContext(&g, "TxnShareAcknowledge p50 %.2f ms, p99 %.2f ms against the same transactions' produce of their outputs through the proxy (acks=all), p50 %.2f ms, p99 %.2f ms; a TxnShareAcknowledge is one such produce (the shadow record)",
+			p.TxnAckP50Ms, p.TxnAckP99Ms, p.ProduceP50Ms, p.ProduceP99Ms)
+	}
+	gs = append(gs, g)
+
+	// 5. Pass-through in pin mode: the worst proxy/direct median of the
+	// pass-through throughputs.
+	worst, worstName, worstS := math.NaN(), "no pass-through throughput measured", spread{}
+	check := func(name string, s spread) {
+		if s.N > 0 && (math.IsNaN(worst) || s.Median < worst) {
+			worst, worstName, worstS = s.Median, name, s
+		}
+	}
+	check("franz produce", passRatio(r.FranzProduce, tputRecs))
+	check("franz share consume", passRatio(r.FranzConsume, tputRecs))
+	check("java produce", passRatio(r.JavaProduce, jpRecs))
+	check("java share consume", passRatio(r.JavaConsume, jcRecs))
+	if pinned {
+		g = mkGoal("proxy_throughput_vs_direct_pinned", worst*100, 95, "%", true, "no pass-through throughput measured")
+	} else {
+		g = mkGoal("proxy_throughput_vs_direct_pinned", math.NaN(), 95, "%", true, "pin mode only (make bench-pin): unpinned, the proxy takes its CPU from the broker and the clients")
+	}
+	if !math.IsNaN(worst) {
+		mode := "unpinned"
+		if pinned {
+			mode = "pinned: " + r.Pinned
+		}
+		addContext(&g, "%s; worst median of %d rounds: %s %s", mode, worstS.N, worstName, worstS.format(pct0))
+		if rp, rc := pairSpread(r.FranzProduce.Relay, r.FranzProduce.Direct, func(x, d throughput) float64 { return x.RecordsSec / d.RecordsSec }),
+			pairSpread(r.FranzConsume.Relay, r.FranzConsume.Direct, func(x, d throughput) float64 { return x.RecordsSec / d.RecordsSec }); rp.N > 0 || rc.N > 0 {
+			addContext(&g, "a bare user-space TCP relay (no protocol logic) reaches %s (franz produce) and %s (franz share consume) of direct in the same run", rp.format(pct0), rc.format(pct0))
+		}
+		if pinned {
+			judged(&g, worstS, 100)
 		}
 	}
 	gs = append(gs, g)
-	// 3. CPU per MB/s over every proxied pass-through phase.
+
+	// 6. CPU per MB/s over every proxied pass-through phase.
 	mc := math.NaN()
 	if r.ProxyCostTotal.BytesMoved > 0 {
 		mc = r.ProxyCostTotal.MillicoresMB
 	}
-	gs = append(gs, mkGoal("proxy_millicores_per_MBps", mc, 5, "", false, "pass-through phases"))
-	// 4. Transactional against at-least-once at 1000-record transactions.
-	x := math.NaN()
-	if a, t := r.pipelineAt("alo", 1000), r.pipelineAt("txn", 1000); a != nil && t != nil && a.RecordsSec > 0 {
-		x = t.RecordsSec / a.RecordsSec * 100
-	}
-	g = mkGoal("txn_vs_alo_at_1000", x, 90, "%", true, "no 1000-record pipeline runs")
-	if a, k := r.pipelineAt("alo", 1000), r.pipelineAt("kafka-txn", 1000); a != nil && k != nil && a.RecordsSec > 0 {
-		g.Context = fmt.Sprintf("Kafka transactions alone (kafka-txn: transactional producer, ACCEPTs after the commit) reach %.1f%% of alo", k.RecordsSec/a.RecordsSec*100)
-		if kd := r.pipelineAt("kafka-txn-direct", 1000); kd != nil {
-			g.Context += fmt.Sprintf(" through the proxy, %.1f%% without it", kd.RecordsSec/a.RecordsSec*100)
-		}
+	g = mkGoal("proxy_millicores_per_MBps", mc, 2, "", false, "pass-through phases")
+	if c, ok := r.RelayCost["franz_produce"]; ok && !math.IsNaN(mc) {
+		addContext(&g, "proxy %.2f over the pass-through phases; the bare relay spends %.2f on franz produce", mc, c.MillicoresMB)
 	}
 	gs = append(gs, g)
-	// 5, 6. Latencies, from the paced pipeline (franz-go default share
-	// consumer settings, a long-poll ShareFetch in flight).
-	ack, ca := math.NaN(), math.NaN()
-	if r.Paced != nil {
-		ack, ca = r.Paced.TxnAckP99Ms, r.Paced.CommitAppliedP99Ms
+
+	// 7. commit→applied, franz-go's default share consumer settings (the
+	// paced pipeline: a long-poll ShareFetch in flight).
+	ca := math.NaN()
+	if r.Paced != nil && r.Paced.CommitAppliedN > 0 {
+		ca = r.Paced.CommitAppliedP99Ms
 	}
-	g = mkGoal("txn_share_ack_p99", ack, 2, "ms", false, "latency pipeline did not run")
-	if r.Paced != nil && r.Paced.ProduceP99Ms > 0 {
-		g.Context = fmt.Sprintf("a TxnShareAcknowledge waits for one transactional produce (the shadow record, acks=all); the same transactions' own produce of their outputs, just before, took p50 %.2f ms, p99 %.2f ms", r.Paced.ProduceP50Ms, r.Paced.ProduceP99Ms)
+	g = mkGoal("commit_to_applied_p99", ca, 20, "ms", false, "latency pipeline did not run or no commit was applied")
+	if p := r.Paced; p != nil {
+		addContext(&g, "sharetx_commit_to_applied_seconds over %.0f transactions of the paced pipeline (franz-go's default share consumer settings): p50 %.2f ms", p.CommitAppliedN, p.CommitAppliedP50Ms)
 	}
 	gs = append(gs, g)
-	gs = append(gs, mkGoal("commit_to_applied_p99", ca, 20, "ms", false, "latency pipeline did not run or no commit was applied"))
 	return gs
 }
 
@@ -195,7 +239,7 @@ func pct(p, d float64) string {
 
 // WriteTable prints the results as tables.
 func WriteTable(w io.Writer, r *Results) {
-	fmt.Fprintf(w, "sharetx bench: %d CPU(s), %s, direct %s, proxy %s, %.0fs; best of %d run(s) per side\n\n",
+	fmt.Fprintf(w, "sharetx bench: %d CPU(s), %s, direct %s, proxy %s, %.0fs; pass-through: medians of %d interleaved run(s) per side\n\n",
 		r.CPUs, r.GoVersion, r.Bootstrap, r.ProxyAddr, r.Seconds, r.Options.Repeat)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "pass-through\tunit\tdirect\tproxy\tproxy/direct\trelay\trelay/direct\t")
@@ -203,17 +247,17 @@ func WriteTable(w io.Writer, r *Results) {
 	row := func(name, unit string, d, p, rl float64) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, unit, f1(d), f1(p), pct(p, d), f1(rl), pct(rl, d))
 	}
-	row("franz produce", "records/s", best(r.FranzProduce.Direct, tputRecs, false), best(r.FranzProduce.Proxy, tputRecs, false), best(r.FranzProduce.Relay, tputRecs, false))
-	row("franz produce", "MB/s", best(r.FranzProduce.Direct, tputMB, false), best(r.FranzProduce.Proxy, tputMB, false), best(r.FranzProduce.Relay, tputMB, false))
-	row("franz produce p50 @rate", "ms", best(r.FranzLatency.Direct, latP50, true), best(r.FranzLatency.Proxy, latP50, true), best(r.FranzLatency.Relay, latP50, true))
-	row("franz produce p99 @rate", "ms", best(r.FranzLatency.Direct, latP99, true), best(r.FranzLatency.Proxy, latP99, true), best(r.FranzLatency.Relay, latP99, true))
-	row("franz share consume", "records/s", best(r.FranzConsume.Direct, tputRecs, false), best(r.FranzConsume.Proxy, tputRecs, false), best(r.FranzConsume.Relay, tputRecs, false))
-	row("franz share consume", "MB/s", best(r.FranzConsume.Direct, tputMB, false), best(r.FranzConsume.Proxy, tputMB, false), best(r.FranzConsume.Relay, tputMB, false))
-	row("java ProducerPerformance", "records/s", best(r.JavaProduce.Direct, jpRecs, false), best(r.JavaProduce.Proxy, jpRecs, false), nan)
-	row("java ProducerPerformance", "MiB/s", best(r.JavaProduce.Direct, jpMiB, false), best(r.JavaProduce.Proxy, jpMiB, false), nan)
-	row("java ProducerPerformance p99", "ms", best(r.JavaProduce.Direct, jpP99, true), best(r.JavaProduce.Proxy, jpP99, true), nan)
-	row("java ShareConsumerPerformance", "records/s", best(r.JavaConsume.Direct, jcRecs, false), best(r.JavaConsume.Proxy, jcRecs, false), nan)
-	row("java ShareConsumerPerformance", "MiB/s", best(r.JavaConsume.Direct, jcMiB, false), best(r.JavaConsume.Proxy, jcMiB, false), nan)
+	row("franz produce", "records/s", medianOf(r.FranzProduce.Direct, tputRecs), medianOf(r.FranzProduce.Proxy, tputRecs), medianOf(r.FranzProduce.Relay, tputRecs))
+	row("franz produce", "MB/s", medianOf(r.FranzProduce.Direct, tputMB), medianOf(r.FranzProduce.Proxy, tputMB), medianOf(r.FranzProduce.Relay, tputMB))
+	row("franz produce p50 @rate", "ms", medianOf(r.FranzLatency.Direct, latP50), medianOf(r.FranzLatency.Proxy, latP50), medianOf(r.FranzLatency.Relay, latP50))
+	row("franz produce p99 @rate", "ms", medianOf(r.FranzLatency.Direct, latP99), medianOf(r.FranzLatency.Proxy, latP99), medianOf(r.FranzLatency.Relay, latP99))
+	row("franz share consume", "records/s", medianOf(r.FranzConsume.Direct, tputRecs), medianOf(r.FranzConsume.Proxy, tputRecs), medianOf(r.FranzConsume.Relay, tputRecs))
+	row("franz share consume", "MB/s", medianOf(r.FranzConsume.Direct, tputMB), medianOf(r.FranzConsume.Proxy, tputMB), medianOf(r.FranzConsume.Relay, tputMB))
+	row("java ProducerPerformance", "records/s", medianOf(r.JavaProduce.Direct, jpRecs), medianOf(r.JavaProduce.Proxy, jpRecs), nan)
+	row("java ProducerPerformance", "MiB/s", medianOf(r.JavaProduce.Direct, jpMiB), medianOf(r.JavaProduce.Proxy, jpMiB), nan)
+	row("java ProducerPerformance p99", "ms", medianOf(r.JavaProduce.Direct, jpP99), medianOf(r.JavaProduce.Proxy, jpP99), nan)
+	row("java ShareConsumerPerformance", "records/s", medianOf(r.JavaConsume.Direct, jcRecs), medianOf(r.JavaConsume.Proxy, jcRecs), nan)
+	row("java ShareConsumerPerformance", "MiB/s", medianOf(r.JavaConsume.Direct, jcMiB), medianOf(r.JavaConsume.Proxy, jcMiB), nan)
 	tw.Flush()
 	if len(r.RelayCost) > 0 {
 		fmt.Fprintln(w, "(relay: the franz-go runs through a bare user-space TCP relay process, read/write with no protocol logic: the ceiling of any proxy that terminates TCP on this machine)")
@@ -238,33 +282,7 @@ func WriteTable(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "proxy RSS: %.1f MiB at start, %.1f MiB at end, peak (VmHWM) %.1f MiB\n",
 		float64(r.ProxyRSSStart)/(1<<20), float64(r.ProxyRSSEnd)/(1<<20), float64(r.ProxyHWM)/(1<<20))
 
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pipeline (through proxy)\talo rec/s\tkafka-txn rec/s\tkafka-txn direct\ttxn-seq rec/s\ttxn rec/s\ttxn/alo\ttxn/kafka-txn\trecs/txn\ttxn p50 ms produce/TxnShareAck/EndTxn\tTxnShareAck p99 ms\tcommit→applied p50/p99 ms\t")
-	seen := map[int]bool{}
-	for _, p := range r.Pipeline {
-		if seen[p.Batch] {
-			continue
-		}
-		seen[p.Batch] = true
-		rate := func(mode string) float64 {
-			if x := r.pipelineAt(mode, p.Batch); x != nil {
-				return x.RecordsSec
-			}
-			return math.NaN()
-		}
-		av, kv, kd, ts, tv := rate("alo"), rate("kafka-txn"), rate("kafka-txn-direct"), rate("txn-seq"), rate("txn")
-		stages, ack, ca, per := "n/a", "n/a", "n/a", "n/a"
-		if t := r.pipelineAt("txn", p.Batch); t != nil {
-			per = f1(t.AvgBatch)
-			stages = f2(t.ProduceP50Ms) + " / " + f2(t.TxnAckP50Ms) + " / " + f2(t.EndTxnP50Ms)
-			ack = f2(t.TxnAckP99Ms)
-			ca = f2(t.CommitAppliedP50Ms) + " / " + f2(t.CommitAppliedP99Ms)
-		}
-		fmt.Fprintf(tw, "transactions of %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Batch, f0(av), f0(kv), f0(kd), f0(ts), f0(tv), pct(tv, av), pct(tv, kv), per, stages, ack, ca)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "(alo: explicit ACCEPTs, idempotent producer; kafka-txn: a transactional producer, ACCEPTs after the commit — Kafka transactions alone (kafka-txn direct: the same without the proxy); txn: ACCEPTs bound to the transaction, sent while the outputs are in flight (its produce stage runs from the first Produce to the end of Flush, the TxnShareAcknowledge inside it); txn-seq: the same, sent after the outputs were acknowledged)")
+	writePipelineTables(w, r)
 	if p := r.Paced; p != nil {
 		fmt.Fprintf(w, "\nlatency pipeline (paced input %d records/s, franz-go default share consumer settings): %d records, %d transactions (%.1f records each)\n",
 			r.Options.PacedRate, p.Records, p.Transactions, p.AvgBatch)
@@ -277,7 +295,11 @@ func WriteTable(w io.Writer, r *Results) {
 			float64(s.RSSBefore)/(1<<20), float64(s.RSSStaged)/(1<<20))
 		fmt.Fprintf(w, " — %s\n", s.Note)
 	}
-	fmt.Fprintln(w, "\nnote: a shared 2-core machine (broker, proxy, clients and other work on the same cores): expect run-to-run noise of 10-30%.")
+	if r.Pinned != "" {
+		fmt.Fprintf(w, "\npin mode: %s\n", r.Pinned)
+	} else {
+		fmt.Fprintln(w, "\nnote: a shared 2-core machine (broker, proxy, clients and other work on the same cores): single runs vary by 10-30%; figures are medians [min–max] of interleaved rounds.")
+	}
 	if gs := r.Goals; len(gs) > 0 {
 		fmt.Fprintln(w, "goals in context (what the same run measured around each):")
 		for _, g := range gs {
@@ -315,24 +337,13 @@ func (r *Results) plotGroups() []barGroup {
 		}
 		gs = append(gs, barGroup{Label: label, A: a, B: b, ALabel: al, BLabel: bl})
 	}
-	add("franz prod", best(r.FranzProduce.Direct, tputRecs, false), best(r.FranzProduce.Proxy, tputRecs, false), "direct", "proxy")
-	add("franz cons", best(r.FranzConsume.Direct, tputRecs, false), best(r.FranzConsume.Proxy, tputRecs, false), "direct", "proxy")
-	add("java prod", best(r.JavaProduce.Direct, jpRecs, false), best(r.JavaProduce.Proxy, jpRecs, false), "direct", "proxy")
-	add("java cons", best(r.JavaConsume.Direct, jcRecs, false), best(r.JavaConsume.Proxy, jcRecs, false), "direct", "proxy")
-	seen := map[int]bool{}
-	for _, p := range r.Pipeline {
-		if seen[p.Batch] {
-			continue
-		}
-		seen[p.Batch] = true
-		a, t := math.NaN(), math.NaN()
-		if x := r.pipelineAt("alo", p.Batch); x != nil {
-			a = x.RecordsSec
-		}
-		if x := r.pipelineAt("txn", p.Batch); x != nil {
-			t = x.RecordsSec
-		}
-		add(fmt.Sprintf("pipe %d", p.Batch), a, t, "alo", "txn")
+	add("franz prod", medianOf(r.FranzProduce.Direct, tputRecs), medianOf(r.FranzProduce.Proxy, tputRecs), "direct", "proxy")
+	add("franz cons", medianOf(r.FranzConsume.Direct, tputRecs), medianOf(r.FranzConsume.Proxy, tputRecs), "direct", "proxy")
+	add("java prod", medianOf(r.JavaProduce.Direct, jpRecs), medianOf(r.JavaProduce.Proxy, jpRecs), "direct", "proxy")
+	add("java cons", medianOf(r.JavaConsume.Direct, jcRecs), medianOf(r.JavaConsume.Proxy, jcRecs), "direct", "proxy")
+	for _, batch := range r.Options.Batches {
+		add(fmt.Sprintf("eos %d", batch), rateSpread(r.Pipeline, runKey{Mode: modeGroupEOS, Batch: batch}).Median,
+			rateSpread(r.Pipeline, runKey{Mode: modeTxn, Batch: batch}).Median, "group-eos", "sharetx txn")
 	}
 	return gs
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -50,9 +51,16 @@ type Results struct {
 	ProxyRSSEnd   int64                `json:"proxy_rss_bytes_at_end"`
 	ProxyHWM      int64                `json:"proxy_hwm_bytes_at_end"`
 
+	// Every run of the pipeline comparisons, of every round.
 	Pipeline []*pipelineResult `json:"pipeline"`
-	Paced    *pipelineResult   `json:"latency_pipeline"` // franz-go default share consumer settings, paced input
-	Staged   *stagedMemory     `json:"staged_memory"`
+	// The scaling runs: workers against partitions, with processing time.
+	Scaling []*pipelineResult `json:"scaling"`
+	// The Java exactly-once comparison (kafka-clients), every round.
+	JavaEOS []*pipelineResult `json:"java_eos"`
+	// Pinned: what pin mode put where ("" when not pinned).
+	Pinned string          `json:"pinned,omitempty"`
+	Paced  *pipelineResult `json:"latency_pipeline"` // franz-go default share consumer settings, paced input
+	Staged *stagedMemory   `json:"staged_memory"`
 
 	PerfTop string `json:"perf_top,omitempty"`
 
@@ -72,7 +80,10 @@ type bench struct {
 	adm    *kadm.Client
 	suffix string
 	perf   *perfRecorder
-	topics []string // created by this run; deleted at the end
+	pin    *pinning     // pin mode; nil otherwise
+	pipeIn string       // the pipelines' input topic, once filled
+	runs   atomic.Int64 // pipeline runs so far (each its own group and output topic)
+	topics []string     // created by this run; deleted at the end
 }
 
 func (b *bench) createTopic(ctx context.Context, t string) error {
@@ -118,6 +129,12 @@ func Run(ctx context.Context, o Options) *Results {
 	}
 	if ctx.Err() == nil && o.runs("pipelines") {
 		b.pipelines(ctx)
+	}
+	if ctx.Err() == nil && o.runs("scaling") {
+		b.scaling(ctx)
+	}
+	if ctx.Err() == nil && o.runs("java-eos") && !o.SkipJava {
+		b.javaEOS(ctx)
 	}
 	if ctx.Err() == nil && o.runs("latency") {
 		b.pacedLatency(ctx)
@@ -170,11 +187,26 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.adm = kadm.NewClient(b.admin)
+	if o.Pin {
+		if b.pin, err = newPinning(); err != nil {
+			return err
+		}
+		if err := b.pin.pinBrokersAndSelf(b.o.Seeds); err != nil {
+			return err
+		}
+		b.res.Pinned = b.pin.String()
+	}
 	b.progress("starting sharetx --upstream %s (log %s)", b.direct, dir+"/sharetx.log")
 	if b.proxy, err = startProxy(bin, b.o.Seeds, dir, o.ProxyLog, time.Minute); err != nil {
 		return err
 	}
 	b.res.ProxyAddr = b.proxy.bootstrap
+	if b.pin != nil {
+		if err := taskset(b.proxy.pid(), b.pin.proxyCPUs); err != nil {
+			return err
+		}
+		b.progress("pin mode: %s", b.pin)
+	}
 	u, err := b.proxy.usage()
 	if err != nil {
 		return fmt.Errorf("reading the proxy's /proc and /metrics: %w", err)
@@ -190,6 +222,9 @@ func (b *bench) setup(ctx context.Context) error {
 }
 
 func (b *bench) teardown() {
+	if b.pin != nil {
+		defer b.pin.unpin()
+	}
 	if b.relay != nil {
 		b.relay.stop()
 	}
@@ -324,6 +359,13 @@ func (b *bench) startRelay(ctx context.Context) {
 		b.progress("no reference relay: %v", err)
 		return
 	}
+	if b.pin != nil {
+		if err := taskset(r.Pid(), b.pin.proxyCPUs); err != nil {
+			b.progress("no reference relay: %v", err)
+			r.stop()
+			return
+		}
+	}
 	b.relay = r
 	dialVia.Store(r.addr, r.addr)
 	b.progress("reference relay (user-space byte copy, no protocol logic) pid %d at %s -> %s", r.Pid(), r.addr, b.direct)
@@ -383,50 +425,238 @@ func (b *bench) passThrough(ctx context.Context) {
 	})
 }
 
-func (b *bench) pipelines(ctx context.Context) {
-	o := b.o
-	in, out := b.topic("pipe-in"), b.topic("pipe-out")
-	for _, t := range []string{in, out} {
-		if err := b.createTopic(ctx, t); err != nil {
-			b.fail("create pipeline topics", err)
-			return
+// pipelineModes are the modes of the pipeline comparisons, each run in
+// every round at every batch size.
+var pipelineModes = []string{modeGroupEOS, modeKafkaTxnDirect, modeKafkaTxn, modeTxn, modeALO}
+
+// rotated is xs rotated left by n (each round starts elsewhere, so that no
+// mode always runs first or last).
+func rotated[T any](xs []T, n int) []T {
+	n %= len(xs)
+	return append(append([]T{}, xs[n:]...), xs[:n]...)
+}
+
+// pipelineRun is one run of the comparisons: a new group, a new output
+// topic that is checked when the mode is exactly-once and then deleted.
+func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pipelineResult, error) {
+	n := b.runs.Add(1)
+	o.group = fmt.Sprintf("bench-%s-%s-%d-%d", o.mode, b.suffix, o.batch, n)
+	o.out = b.topic(fmt.Sprintf("out-%d", n))
+	if err := sim.CreateTopic(ctx, b.adm, o.out, int32(b.o.Partitions), -1); err != nil {
+		return nil, fmt.Errorf("output topic: %w", err)
+	}
+	defer b.dropTopic(o.out)
+	if o.mode != modeGroupEOS {
+		if err := shareFromEarliest(ctx, b.admin, o.group); err != nil {
+			return nil, err
 		}
 	}
-	b.progress("pipeline input: %d records of %d B into %s", o.PipelineRecords, o.RecordSize, in)
-	if _, err := franzProduce(ctx, b.direct, in, o.PipelineRecords, o.RecordSize); err != nil {
+	switch o.mode {
+	case modeKafkaTxnDirect, modeGroupEOS:
+		o.bs = b.direct
+	default:
+		o.bs = b.proxy.bootstrap
+	}
+	run := o
+	if o.mode == modeKafkaTxnDirect {
+		run.mode = modeKafkaTxn
+	}
+	var before metrics
+	if o.mode == modeTxn || o.mode == modeTxnSeq {
+		var err error
+		if before, err = b.proxy.scrape(); err != nil {
+			return nil, err
+		}
+	}
+	r, err := runPipeline(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	r.Mode, r.Round, r.Partitions = o.mode, round, o.partitions
+	if o.mode == modeTxn || o.mode == modeTxnSeq {
+		b.commitApplied(before, r)
+	}
+	if exactlyOnce(o.mode) {
+		if err := verify(ctx, b.direct, o.out, r); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// dropTopic deletes a run's topic at once (a full run would otherwise keep
+// gigabytes of outputs on the broker until its end).
+func (b *bench) dropTopic(t string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.adm.DeleteTopics(ctx, t); err == nil {
+		b.topics = slices.DeleteFunc(b.topics, func(x string) bool { return x == t })
+	}
+}
+
+// pipelineInput is the input topic of the pipeline comparisons (and the
+// Java ones), filled the first time it is asked for.
+func (b *bench) pipelineInput(ctx context.Context) (string, error) {
+	if b.pipeIn != "" {
+		return b.pipeIn, nil
+	}
+	in := b.topic("pipe-in")
+	if err := b.createTopic(ctx, in); err != nil {
+		return "", err
+	}
+	b.progress("pipeline input: %d records of %d B into %s (%d partitions)", b.o.PipelineRecords, b.o.RecordSize, in, b.o.Partitions)
+	if _, err := franzProduce(ctx, b.direct, in, b.o.PipelineRecords, b.o.RecordSize); err != nil {
+		return "", err
+	}
+	b.pipeIn = in
+	return in, nil
+}
+
+func (b *bench) pipelines(ctx context.Context) {
+	o := b.o
+	in, err := b.pipelineInput(ctx)
+	if err != nil {
 		b.fail("pipeline input", err)
 		return
 	}
-	for _, batch := range o.Batches {
-		for _, mode := range []string{"alo", "kafka-txn", "kafka-txn-direct", "txn-seq", "txn"} {
-			txn := strings.HasPrefix(mode, "txn")
-			g := fmt.Sprintf("bench-pipe-%s-%s-%d", b.suffix, mode, batch)
-			if err := shareFromEarliest(ctx, b.admin, g); err != nil {
-				b.fail("pipeline group", err)
+	b.progress("pipelines: %d round(s) of %v at transactions of %v, %d worker(s) each, up to %d records or %s per run; exactly-once modes checked per input id",
+		o.Rounds, pipelineModes, o.Batches, o.PipelineWorkers, o.PipelineRecords, o.PipelineDur)
+	for round := 0; round < o.Rounds; round++ {
+		for bi, batch := range o.Batches {
+			for _, mode := range rotated(pipelineModes, round+bi) {
+				if ctx.Err() != nil {
+					return
+				}
+				r, err := b.pipelineRun(ctx, pipelineOpts{mode: mode, in: in, batch: batch, workers: o.PipelineWorkers, partitions: o.Partitions,
+					target: int64(o.PipelineRecords), maxDur: o.PipelineDur}, round)
+				if err != nil {
+					b.fail(fmt.Sprintf("pipeline %s batch %d round %d", mode, batch, round+1), err)
+					continue
+				}
+				b.res.Pipeline = append(b.res.Pipeline, r)
+				b.progress("round %d: %s", round+1, describeRun(r))
+			}
+		}
+	}
+}
+
+// describeRun is a run's progress line.
+func describeRun(r *pipelineResult) string {
+	s := fmt.Sprintf("%s batch %d, %d worker(s) on %d partition(s)", r.Mode, r.Batch, r.Workers, r.Partitions)
+	if r.ProcMs > 0 {
+		s += fmt.Sprintf(", %.0f ms/record", r.ProcMs)
+	}
+	s += fmt.Sprintf(": %d records in %.1fs = %.0f records/s (%.0f per transaction, %d aborts; p50 ms: produce %.2f, TxnShareAck %.2f, EndTxn %.2f)",
+		r.Records, r.Seconds, r.RecordsSec, r.AvgBatch, r.Aborts, r.ProduceP50Ms, r.TxnAckP50Ms, r.EndTxnP50Ms)
+	if r.Verified {
+		s += fmt.Sprintf("; exactly-once: %d outputs for %d inputs, 0 duplicates, 0 lost", r.Outputs, r.Records)
+	}
+	return s + txnDetail(r)
+}
+
+// The Java exactly-once modes: KafkaShareConsumer + SharetxProducer through
+// the proxy, and KafkaConsumer + sendOffsetsToTransaction direct.
+const (
+	modeJavaShareEOS = "java-share-eos"
+	modeJavaGroupEOS = "java-group-eos"
+)
+
+// javaEOS runs the Java consume-transform-produce through sharetx against
+// Java's own consumer-group EOS, one JVM each, in interleaved rounds, both
+// checked exactly-once.
+func (b *bench) javaEOS(ctx context.Context) {
+	o := b.o
+	in, err := b.pipelineInput(ctx)
+	if err != nil {
+		b.fail("pipeline input", err)
+		return
+	}
+	b.progress("java exactly-once: %d round(s) of KafkaShareConsumer + SharetxProducer (through sharetx) and KafkaConsumer + sendOffsetsToTransaction (direct), transactions of %d, one JVM each, up to %d records or %s",
+		o.Rounds, o.JavaEOSBatch, o.PipelineRecords, o.JavaEOSDur)
+	for round := 0; round < o.Rounds; round++ {
+		for _, mode := range rotated([]string{modeJavaShareEOS, modeJavaGroupEOS}, round) {
+			if ctx.Err() != nil {
 				return
 			}
-			before, err := b.proxy.scrape()
+			r, err := b.javaRun(ctx, mode, in, round)
 			if err != nil {
-				b.fail("scrape", err)
-				return
-			}
-			bs := b.proxy.bootstrap
-			if mode == "kafka-txn-direct" {
-				bs = b.direct
-			}
-			r, err := runPipeline(ctx, pipelineOpts{bs: bs, in: in, out: out, group: g, txn: txn, sequential: mode == "txn-seq",
-				kafkaTxnOnly: strings.HasPrefix(mode, "kafka-txn"), batch: batch, target: int64(o.PipelineRecords), maxDur: o.PipelineDur})
-			if err != nil {
-				b.fail(fmt.Sprintf("pipeline %s batch %d", mode, batch), err)
+				b.fail(fmt.Sprintf("java %s round %d", mode, round+1), err)
 				continue
 			}
-			if txn {
-				b.commitApplied(before, r)
+			b.res.JavaEOS = append(b.res.JavaEOS, r)
+			b.progress("java round %d: %s", round+1, describeRun(r))
+		}
+	}
+}
+
+func (b *bench) javaRun(ctx context.Context, mode, in string, round int) (*pipelineResult, error) {
+	n := b.runs.Add(1)
+	jo := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: b.topic(fmt.Sprintf("out-%d", n)),
+		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
+		Batch: b.o.JavaEOSBatch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.JavaEOSDur}
+	if mode == modeJavaGroupEOS {
+		jo.Mode, jo.Bootstrap = "group", b.direct
+	} else if err := shareFromEarliest(ctx, b.admin, jo.Group); err != nil {
+		return nil, err
+	}
+	if err := sim.CreateTopic(ctx, b.adm, jo.Out, int32(b.o.Partitions), -1); err != nil {
+		return nil, fmt.Errorf("output topic: %w", err)
+	}
+	defer b.dropTopic(jo.Out)
+	jr, err := runJavaEOS(ctx, jo)
+	if err != nil {
+		return nil, err
+	}
+	r := &pipelineResult{Mode: mode, Batch: jo.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: "java",
+		Records: jr.Records, Transactions: jr.Transactions, Aborts: jr.Aborts, Seconds: jr.Seconds, RecordsSec: jr.RecordsSec, EndTxnP50Ms: jr.CommitP50Ms}
+	if r.Transactions > 0 {
+		r.AvgBatch = float64(r.Records) / float64(r.Transactions)
+	}
+	return r, verify(ctx, b.direct, jo.Out, r)
+}
+
+// scaling runs share-group EOS through sharetx against consumer-group EOS
+// with W workers on P input partitions, each record costing a wait.
+func (b *bench) scaling(ctx context.Context) {
+	o := b.o
+	type input struct {
+		topic string
+		parts int
+	}
+	var ins []input
+	for _, p := range o.ScalePartitions {
+		t := b.topic(fmt.Sprintf("scale-in-p%d", p))
+		b.topics = append(b.topics, t)
+		if err := sim.CreateTopic(ctx, b.adm, t, int32(p), -1); err != nil {
+			b.fail("create scaling topics", err)
+			return
+		}
+		if _, err := franzProduce(ctx, b.direct, t, o.ScaleRecords, o.RecordSize); err != nil {
+			b.fail("scaling input", err)
+			return
+		}
+		ins = append(ins, input{t, p})
+	}
+	b.progress("scaling: %d round(s); workers %v on %v partition(s); %s of waiting per record, transactions of %d; %s measured after %s of warm-up (the joins and rebalances) per run",
+		o.ScaleRounds, o.ScaleWorkers, o.ScalePartitions, o.ScaleProc, o.ScaleBatch, o.ScaleDur, o.ScaleWarm)
+	modes := []string{modeTxn, modeGroupEOS}
+	for round := 0; round < o.ScaleRounds; round++ {
+		for _, in := range ins {
+			for wi, w := range o.ScaleWorkers {
+				for _, mode := range rotated(modes, round+wi) {
+					if ctx.Err() != nil {
+						return
+					}
+					r, err := b.pipelineRun(ctx, pipelineOpts{mode: mode, in: in.topic, batch: o.ScaleBatch, workers: w, partitions: in.parts, proc: o.ScaleProc,
+						target: int64(o.ScaleRecords), maxDur: o.ScaleDur + o.ScaleWarm, warm: o.ScaleWarm, strict: true}, round)
+					if err != nil {
+						b.fail(fmt.Sprintf("scaling %s %d workers %d partitions round %d", mode, w, in.parts, round+1), err)
+						continue
+					}
+					b.res.Scaling = append(b.res.Scaling, r)
+					b.progress("scaling round %d: %s", round+1, describeRun(r))
+				}
 			}
-			r.Mode = mode
-			b.res.Pipeline = append(b.res.Pipeline, r)
-			b.progress("pipeline %s batch %d: %d records in %.1fs = %.0f records/s (%.0f per poll, %d aborts; p50 ms: produce %.2f, TxnShareAck %.2f, EndTxn %.2f)%s",
-				mode, batch, r.Records, r.Seconds, r.RecordsSec, r.AvgBatch, r.Aborts, r.ProduceP50Ms, r.TxnAckP50Ms, r.EndTxnP50Ms, txnDetail(r))
 		}
 	}
 }
@@ -497,7 +727,7 @@ func (b *bench) pacedLatency(ctx context.Context) {
 	// Sequential: the acks are sent once the outputs are acknowledged, so
 	// the TxnShareAcknowledge is timed on its own, not against the
 	// transaction's concurrent produce.
-	r, err := runPipeline(ctx, pipelineOpts{bs: b.proxy.bootstrap, in: in, out: out, group: g, txn: true, sequential: true, batch: 100,
+	r, err := runPipeline(ctx, pipelineOpts{mode: modeTxnSeq, bs: b.proxy.bootstrap, in: in, out: out, group: g, batch: 100,
 		target: total, maxDur: o.PacedDur + 15*time.Second, defaults: true})
 	if ferr := <-fed; ferr != nil {
 		b.fail("latency pipeline input", ferr)

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"net"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestSpreadOf(t *testing.T) {
+	s := spreadOf([]float64{3, 1, math.NaN(), 2, 10})
+	if s.Median != 2.5 || s.Min != 1 || s.Max != 10 || s.N != 4 {
+		t.Fatalf("got %+v", s)
+	}
+	if s := spreadOf([]float64{5, 1, 3}); s.Median != 3 || s.N != 3 {
+		t.Fatalf("odd count: got %+v", s)
+	}
+	if s := spreadOf(nil); s.N != 0 || !math.IsNaN(s.Median) || s.format(f0) != "n/a" {
+		t.Fatalf("empty: got %+v %q", s, s.format(f0))
+	}
+	if got := spreadOf([]float64{0.9, 1.1}).format(pct0); got != "100% [90%–110%]" {
+		t.Fatalf("format: %q", got)
+	}
+	if !spreadOf([]float64{0.9, 1.1}).straddles(1) || spreadOf([]float64{0.9, 0.95}).straddles(1) || spreadOf([]float64{1}).straddles(1) {
+		t.Fatal("straddles")
+	}
+}
+
+// Ratios are taken per round: a round's a against the same round's b.
+func TestRatioSpreadPairsRounds(t *testing.T) {
+	runs := []*pipelineResult{
+		{Mode: modeTxn, Batch: 1000, Round: 0, RecordsSec: 90},
+		{Mode: modeGroupEOS, Batch: 1000, Round: 0, RecordsSec: 100},
+		{Mode: modeTxn, Batch: 1000, Round: 1, RecordsSec: 50},
+		{Mode: modeGroupEOS, Batch: 1000, Round: 1, RecordsSec: 50},
+		{Mode: modeTxn, Batch: 1000, Round: 2, RecordsSec: 1000}, // no group-eos run in round 2: not paired
+		{Mode: modeTxn, Batch: 100, Round: 0, RecordsSec: 1},
+	}
+	s := ratioSpread(runs, runKey{Mode: modeTxn, Batch: 1000}, runKey{Mode: modeGroupEOS, Batch: 1000})
+	if s.N != 2 || s.Min != 0.9 || s.Max != 1 || math.Abs(s.Median-0.95) > 1e-12 {
+		t.Fatalf("got %+v", s)
+	}
+	if r := rateSpread(runs, runKey{Mode: modeTxn, Batch: 1000}); r.N != 3 || r.Median != 90 {
+		t.Fatalf("rates: %+v", r)
+	}
+}
+
+func TestGoalsFromRounds(t *testing.T) {
+	r := &Results{Options: Options{Partitions: 2, PipelineWorkers: 2, Batches: []int{1000}}}
+	for round, v := range [][3]float64{{96, 100, 99}, {90, 100, 100}, {99, 100, 98}} {
+		r.Pipeline = append(r.Pipeline,
+			&pipelineResult{Mode: modeTxn, Batch: 1000, Round: round, RecordsSec: v[0]},
+			&pipelineResult{Mode: modeGroupEOS, Batch: 1000, Round: round, RecordsSec: v[1]},
+			&pipelineResult{Mode: modeKafkaTxnDirect, Batch: 1000, Round: round, RecordsSec: v[2]})
+	}
+	r.Scaling = []*pipelineResult{{Mode: modeTxn, Workers: 8, Partitions: 1, RecordsSec: 3500}, {Mode: modeGroupEOS, Workers: 8, Partitions: 1, RecordsSec: 500}}
+	gs := computeGoals(r)
+	find := func(name string) goal {
+		for _, g := range gs {
+			if g.Name == name {
+				return g
+			}
+		}
+		t.Fatalf("no goal %s", name)
+		return goal{}
+	}
+	g := find("share_eos_vs_group_eos_at_1000")
+	if !g.Valid || g.Measured != 96 || !g.Met {
+		t.Fatalf("%s: %+v", g.Name, g)
+	}
+	if !strings.Contains(g.Context, "straddles") { // 90–99 % around 95 %
+		t.Errorf("no straddle note: %s", g.Context)
+	}
+	if g := find("share_eos_vs_group_eos_8_workers_1_partition"); !g.Valid || g.Measured != 7 || !g.Met {
+		t.Fatalf("scaling: %+v", g)
+	}
+	// 96/99, 90/100, 99/98: median 0.9697
+	if g := find("share_eos_vs_kafka_txn_at_1000"); !g.Valid || math.Abs(g.Measured-96.97) > 0.01 || !g.Met {
+		t.Fatalf("kafka-txn: %+v", g)
+	}
+	// Not pinned: the pass-through goal is not judged.
+	if g := find("proxy_throughput_vs_direct_pinned"); g.Valid {
+		t.Fatalf("unpinned pass-through judged: %+v", g)
+	}
+}
+
+func TestLinePlotDecodes(t *testing.T) {
+	var buf bytes.Buffer
+	lines := []plotLine{{Name: "a", Color: colA, X: []float64{1, 2, 4, 8}, Y: []float64{500, 990, 1900, math.NaN()}},
+		{Name: "b", Color: colB, Dashed: true, X: []float64{1, 2, 4, 8}, Y: []float64{500, 500, 500, 500}}}
+	if err := writeLinePlot(&buf, "t", "workers", "records/s", lines); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+		t.Fatalf("bounds %v", b)
+	}
+	if err := writeLinePlot(&buf, "t", "x", "y", nil); err == nil {
+		t.Fatal("empty plot: no error")
+	}
+	if niceCeil(1237) != 2000 || niceCeil(4000) != 5000 || niceCeil(100) != 100 {
+		t.Fatal("niceCeil")
+	}
+}
+
+func TestListenerPID(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pid, err := listenerPID(l.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != os.Getpid() {
+		t.Fatalf("pid %d, want %d", pid, os.Getpid())
+	}
+	l.Close()
+	if _, err := listenerPID(l.Addr().(*net.TCPAddr).Port); err == nil {
+		t.Fatal("closed listener found")
+	}
+}
+
+func TestRotated(t *testing.T) {
+	if got := rotated([]string{"a", "b", "c"}, 4); strings.Join(got, "") != "bca" {
+		t.Fatalf("got %v", got)
+	}
+}
