@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
+)
+
+// tWriter sends the bench's progress lines to the test log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestBenchOnCluster runs a small bench against the real cluster: every
+// pipeline mode, the scaling runs and (with Java) the Java comparison,
+// each exactly-once run checked per input id. It asserts what the runs
+// did (they ran, the exactly-once checks found every id once, the goals
+// were computed from them), never how fast.
+func TestBenchOnCluster(t *testing.T) {
+	seeds := sim.RealSeeds(t, testing.Short())
+	parts := []string{"pipelines", "scaling", "latency"}
+	java := sim.JavaMissing() == ""
+	if java {
+		parts = append(parts, "java-eos")
+	} else {
+		t.Logf("no java-eos section: %s", sim.JavaMissing())
+	}
+	o := Options{Seeds: seeds, Records: 1000, RecordSize: 256, Repeat: 1, Partitions: 2, PipelineWorkers: 2,
+		PipelineRecords: 6000, PipelineDur: 2 * time.Second, Batches: []int{1000}, Rounds: 1,
+		ScaleWorkers: []int{1, 8}, ScalePartitions: []int{1}, ScaleBatch: 50, ScaleProc: time.Millisecond,
+		ScaleDur: time.Second, ScaleWarm: time.Second, ScaleRounds: 1, ScaleRecords: 6000,
+		JavaEOSBatch: 1000, JavaEOSDur: 3 * time.Second, PacedRate: 100, PacedDur: 2 * time.Second,
+		LatencyRate: 100, LatencyDur: time.Second, ProxyLog: "info", WorkDir: t.TempDir(), Parts: parts, Out: tWriter{t}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res := Run(ctx, o)
+	for _, e := range res.Errors {
+		t.Errorf("measurement failed: %s", e)
+	}
+	count := func(runs []*pipelineResult, mode string) int {
+		n := 0
+		for _, r := range runs {
+			if r.Mode == mode {
+				n++
+				if exactlyOnce(r.Mode) || r.Language == "java" {
+					if !r.Verified || r.Duplicates != 0 || r.Lost != 0 || r.Outputs != r.Records || r.Records == 0 {
+						t.Errorf("%s run not exactly-once: %+v", mode, r)
+					}
+				}
+			}
+		}
+		return n
+	}
+	for _, m := range pipelineModes {
+		if n := count(res.Pipeline, m); n != 1 {
+			t.Errorf("pipeline %s: %d runs, want 1", m, n)
+		}
+	}
+	if n := count(res.Scaling, modeTxn) + count(res.Scaling, modeGroupEOS); n != 4 {
+		t.Errorf("scaling: %d runs, want 4", n)
+	}
+	if java {
+		if n := count(res.JavaEOS, modeJavaShareEOS) + count(res.JavaEOS, modeJavaGroupEOS); n != 2 {
+			t.Errorf("java-eos: %d runs, want 2", n)
+		}
+	}
+	if res.Paced == nil || res.Paced.Records == 0 {
+		t.Errorf("latency pipeline: %+v", res.Paced)
+	}
+	for _, g := range res.Goals {
+		switch g.Name {
+		case "share_eos_vs_group_eos_at_1000", "share_eos_vs_group_eos_8_workers_1_partition", "share_eos_vs_kafka_txn_at_1000", "txn_share_ack_p99_vs_produce_p99":
+			if !g.Valid {
+				t.Errorf("goal %s not measured: %s", g.Name, g.Line())
+			}
+		}
+		t.Log(g.Line())
+	}
+}
