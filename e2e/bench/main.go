@@ -1,15 +1,21 @@
-// Command bench measures what sharetx costs: pass-through overhead against
-// a direct connection to the same broker (franz-go and Java's perf tools),
-// the proxy process's CPU and memory, transactional acknowledgements
-// against at-least-once in a consume-transform-produce pipeline, and the
-// latencies of TxnShareAcknowledge and commit→applied.
+// Command bench measures what sharetx costs against what a team would use
+// instead: share-group exactly-once through sharetx against consumer-group
+// exactly-once (sendOffsetsToTransaction), Kafka transactions alone and
+// at-least-once in consume-transform-produce pipelines (Go, and Java through
+// e2e/bench/java); workers past the partition count; pass-through against a
+// direct connection to the same broker (franz-go and Java's perf tools; pin
+// mode for a fair judge on few cores); the proxy process's CPU and memory;
+// the latencies of TxnShareAcknowledge and commit→applied. Comparisons run
+// in interleaved rounds and report medians with their spread; every
+// exactly-once run is checked per input id.
 //
 //	go run ./e2e/bench                       # starts (or reuses) a 1-node Kafka with e2e/kafka/kafka.sh
 //	go run ./e2e/bench --seeds 127.0.0.1:19092 --records 20000 --skip-java
 //
 // It builds ./cmd/sharetx once and runs it as a separate process with
-// --upstream, scraping its /metrics and reading /proc/<pid>. It prints a
-// table, writes JSON (--json) and a PNG bar chart next to it, and ends with
+// --upstream, scraping its /metrics and reading /proc/<pid>. It prints
+// tables, writes JSON (--json), a PNG bar chart and the scaling plot next
+// to it, and ends with
 // one line per goal: GOAL <name> measured=<x> goal=<y> met|missed. Goals
 // are reported, never asserted: the exit status is 0 when every
 // measurement ran, 1 when one failed, 2 for bad usage.

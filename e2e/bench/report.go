@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// goal is one of issue 5's targets: measured, never asserted.
+// goal is one of issue 14's targets: measured, never asserted.
 type goal struct {
 	Name     string  `json:"name"`
 	Measured float64 `json:"measured"`
