@@ -32,6 +32,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.function.Function;
 
 /**
  * The bench's Java consume-transform-produce (e2e/bench, section java-eos): one poll of up to
@@ -117,62 +118,95 @@ public final class EosBench {
         return pc;
     }
 
+    /** One mode's transaction: commit it with the records' outputs, or abort it. */
+    interface Transaction {
+        /** Produces the outputs and commits; a KafkaException means the transaction failed. */
+        void commit(ConsumerRecords<byte[], byte[]> records, Result r);
+
+        /** Aborts it and makes the records come again. */
+        void abort(ConsumerRecords<byte[], byte[]> records);
+    }
+
+    /** The flags both modes read. */
+    record Settings(int batch, long target, long maxNanos, String out, Map<String, Object> consumer) {
+        static Settings of(Map<String, String> o) {
+            int batch = Integer.parseInt(o.getOrDefault("batch", "1000"));
+            Map<String, Object> cc = new HashMap<>();
+            cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
+            cc.put(ConsumerConfig.GROUP_ID_CONFIG, o.get("group"));
+            cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
+            return new Settings(batch, Long.parseLong(o.getOrDefault("target", "100000")),
+                (long) (Double.parseDouble(o.getOrDefault("max-seconds", "10")) * 1e9), o.get("out"), cc);
+        }
+    }
+
+    /** Polls and runs one transaction per poll until the target or the time is reached. */
+    static void loop(Settings s, Result r, Function<Duration, ConsumerRecords<byte[], byte[]>> poll, Transaction txn) {
+        long deadline = System.nanoTime() + s.maxNanos() + 60_000_000_000L; // the join may take a while
+        int failedInARow = 0;
+        while (!r.done(s.target(), s.maxNanos())) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException(r.records + " records before the deadline");
+            }
+            ConsumerRecords<byte[], byte[]> records = poll.apply(Duration.ofSeconds(1));
+            if (records.isEmpty()) {
+                continue;
+            }
+            if (r.first == 0) {
+                r.first = System.nanoTime();
+            }
+            try {
+                txn.commit(records, r);
+                r.records += records.count();
+                r.transactions++;
+                r.last = System.nanoTime();
+                failedInARow = 0;
+            } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
+                throw e;
+            } catch (KafkaException e) {
+                txn.abort(records);
+                r.aborts++;
+                System.err.println("aborted a transaction of " + records.count() + " records: " + e);
+                if (++failedInARow >= 5) {
+                    throw new IllegalStateException("5 transactions in a row failed, the last: " + e, e);
+                }
+            }
+        }
+    }
+
+    /** Times commitTransaction. */
+    static void commitTimed(KafkaProducer<byte[], byte[]> producer, Result r) {
+        long t = System.nanoTime();
+        producer.commitTransaction();
+        r.commitMs.add((System.nanoTime() - t) / 1e6);
+    }
+
     /** Share-group exactly-once through sharetx. */
     static Result share(Map<String, String> o) {
-        int batch = Integer.parseInt(o.getOrDefault("batch", "1000"));
-        long target = Long.parseLong(o.getOrDefault("target", "100000"));
-        long maxNanos = (long) (Double.parseDouble(o.getOrDefault("max-seconds", "10")) * 1e9);
-        String out = o.get("out");
-        Map<String, Object> cc = new HashMap<>();
-        cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
-        cc.put(ConsumerConfig.GROUP_ID_CONFIG, o.get("group"));
-        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
+        Settings s = Settings.of(o);
         Result r = new Result();
-        KafkaShareConsumer<byte[], byte[]> consumer = ShareTransactions.newShareConsumer(cc, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        KafkaShareConsumer<byte[], byte[]> consumer = ShareTransactions.newShareConsumer(s.consumer(), new ByteArrayDeserializer(), new ByteArrayDeserializer());
         SharetxProducer<byte[], byte[]> producer = new SharetxProducer<>(producerConfig(o), new ByteArraySerializer(), new ByteArraySerializer());
         try {
             consumer.subscribe(List.of(o.get("in")));
             producer.initTransactions();
             ShareGroupMetadata md = ShareTransactions.shareGroupMetadata(consumer);
-            long deadline = System.nanoTime() + maxNanos + 60_000_000_000L; // the join may take a while
-            int failedInARow = 0;
-            while (!r.done(target, maxNanos)) {
-                if (System.nanoTime() > deadline) {
-                    throw new IllegalStateException(r.records + " records before the deadline");
-                }
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofSeconds(1));
-                if (records.isEmpty()) {
-                    continue;
-                }
-                if (r.first == 0) {
-                    r.first = System.nanoTime();
-                }
-                producer.beginTransaction();
-                try {
+            loop(s, r, consumer::poll, new Transaction() {
+                public void commit(ConsumerRecords<byte[], byte[]> records, Result r) {
+                    producer.beginTransaction();
                     for (ConsumerRecord<byte[], byte[]> in : records) {
-                        producer.send(new ProducerRecord<>(out, id(in), in.value()));
+                        producer.send(new ProducerRecord<>(s.out(), id(in), in.value()));
                     }
                     producer.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT), md);
-                    long t = System.nanoTime();
-                    producer.commitTransaction();
-                    r.commitMs.add((System.nanoTime() - t) / 1e6);
+                    commitTimed(producer, r);
                     ShareTransactions.acknowledgeHandedOver(consumer, records);
-                    r.records += records.count();
-                    r.transactions++;
-                    r.last = System.nanoTime();
-                    failedInARow = 0;
-                } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
-                    throw e;
-                } catch (KafkaException e) {
+                }
+
+                public void abort(ConsumerRecords<byte[], byte[]> records) {
                     producer.abortTransaction();
                     ShareTransactions.releaseForRedelivery(consumer, records);
-                    r.aborts++;
-                    System.err.println("aborted a transaction of " + records.count() + " records: " + e);
-                    if (++failedInARow >= 5) {
-                        throw new IllegalStateException("5 transactions in a row failed, the last: " + e, e);
-                    }
                 }
-            }
+            });
         } finally {
             consumer.close(Duration.ofSeconds(10));
             producer.close(Duration.ofSeconds(10));
@@ -182,68 +216,37 @@ public final class EosBench {
 
     /** Consumer-group exactly-once, direct: sendOffsetsToTransaction. */
     static Result group(Map<String, String> o) {
-        int batch = Integer.parseInt(o.getOrDefault("batch", "1000"));
-        long target = Long.parseLong(o.getOrDefault("target", "100000"));
-        long maxNanos = (long) (Double.parseDouble(o.getOrDefault("max-seconds", "10")) * 1e9);
-        String out = o.get("out");
-        Map<String, Object> cc = new HashMap<>();
-        cc.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
-        cc.put(ConsumerConfig.GROUP_ID_CONFIG, o.get("group"));
-        cc.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
-        cc.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        cc.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        cc.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        Settings s = Settings.of(o);
+        s.consumer().put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        s.consumer().put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        s.consumer().put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         Result r = new Result();
-        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cc, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(s.consumer(), new ByteArrayDeserializer(), new ByteArrayDeserializer());
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerConfig(o), new ByteArraySerializer(), new ByteArraySerializer());
         try {
             consumer.subscribe(List.of(o.get("in")));
             producer.initTransactions();
-            long deadline = System.nanoTime() + maxNanos + 60_000_000_000L;
-            int failedInARow = 0;
-            while (!r.done(target, maxNanos)) {
-                if (System.nanoTime() > deadline) {
-                    throw new IllegalStateException(r.records + " records before the deadline");
-                }
-                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofSeconds(1));
-                if (records.isEmpty()) {
-                    continue;
-                }
-                if (r.first == 0) {
-                    r.first = System.nanoTime();
-                }
-                Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
-                Map<TopicPartition, Long> firstOffsets = new HashMap<>();
-                for (ConsumerRecord<byte[], byte[]> in : records) {
-                    TopicPartition tp = new TopicPartition(in.topic(), in.partition());
-                    next.put(tp, new OffsetAndMetadata(in.offset() + 1));
-                    firstOffsets.putIfAbsent(tp, in.offset());
-                }
-                producer.beginTransaction();
-                try {
+            loop(s, r, consumer::poll, new Transaction() {
+                public void commit(ConsumerRecords<byte[], byte[]> records, Result r) {
+                    Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
                     for (ConsumerRecord<byte[], byte[]> in : records) {
-                        producer.send(new ProducerRecord<>(out, id(in), in.value()));
+                        next.put(new TopicPartition(in.topic(), in.partition()), new OffsetAndMetadata(in.offset() + 1));
+                    }
+                    producer.beginTransaction();
+                    for (ConsumerRecord<byte[], byte[]> in : records) {
+                        producer.send(new ProducerRecord<>(s.out(), id(in), in.value()));
                     }
                     producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
-                    long t = System.nanoTime();
-                    producer.commitTransaction();
-                    r.commitMs.add((System.nanoTime() - t) / 1e6);
-                    r.records += records.count();
-                    r.transactions++;
-                    r.last = System.nanoTime();
-                    failedInARow = 0;
-                } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
-                    throw e;
-                } catch (KafkaException e) {
+                    commitTimed(producer, r);
+                }
+
+                public void abort(ConsumerRecords<byte[], byte[]> records) {
                     producer.abortTransaction();
-                    firstOffsets.forEach(consumer::seek); // process them again
-                    r.aborts++;
-                    System.err.println("aborted a transaction of " + records.count() + " records: " + e);
-                    if (++failedInARow >= 5) {
-                        throw new IllegalStateException("5 transactions in a row failed, the last: " + e, e);
+                    for (TopicPartition tp : records.partitions()) { // process them again
+                        consumer.seek(tp, records.records(tp).get(0).offset());
                     }
                 }
-            }
+            });
         } finally {
             consumer.close(CloseOptions.timeout(Duration.ofSeconds(10)));
             producer.close(Duration.ofSeconds(10));
