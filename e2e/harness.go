@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/upstream"
 )
@@ -64,14 +65,7 @@ func FakeBackend(t testing.TB, nodes int, opts ...kfake.Opt) *Backend {
 // E2E_REQUIRE_KAFKA=1 failing) when it is not set.
 func RealBackend(t testing.TB) *Backend {
 	t.Helper()
-	seeds := os.Getenv("E2E_KAFKA_SEEDS")
-	if seeds == "" {
-		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
-			t.Fatal("E2E_REQUIRE_KAFKA is set but E2E_KAFKA_SEEDS is not: start a broker with `make kafka-up`")
-		}
-		t.Skip("real broker not configured: set E2E_KAFKA_SEEDS (make test does)")
-	}
-	s := strings.Split(seeds, ",")
+	s := sim.RealSeeds(t, false)
 	return &Backend{Name: "kafka", Seeds: s, Nodes: len(s)}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -185,14 +184,8 @@ func franzShareConsume(ctx context.Context, bs, topic, group string, n int) (thr
 		if ctx.Err() != nil {
 			return throughput{}, fmt.Errorf("consumed %d of %d records: %w", recs, n, ctx.Err())
 		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				ferr = err
-			}
-		})
-		if ferr != nil {
-			return throughput{}, ferr
+		if err := polled(fs); err != nil {
+			return throughput{}, err
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if t0.IsZero() {

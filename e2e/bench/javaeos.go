@@ -66,17 +66,9 @@ func runJavaEOS(ctx context.Context, o javaEOSOpts) (javaEOSResult, error) {
 	r, perr := parseEosResult(stdout.String())
 	if err != nil || perr != nil {
 		return javaEOSResult{}, fmt.Errorf("EosBench --mode %s: %v %v\nstdout: %s\nstderr (last lines): %s", o.Mode, err, perr,
-			strings.TrimSpace(stdout.String()), tail(stderr.String(), 15))
+			strings.TrimSpace(stdout.String()), sim.LastLines(stderr.String(), 15))
 	}
 	return r, nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // parseEosResult reads the RESULT line (an ERROR line is the run's error).

@@ -25,7 +25,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/sharetx/sharetx/e2e/sim"
 	"io"
 	"os"
 	"os/signal"
@@ -35,6 +34,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // allParts are the sections of a run, in the order they run.
@@ -207,7 +208,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 				failed = true
 			}
 			png := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".png"
-			if err := writePlotFile(png, "sharetx bench: direct vs proxy, alo vs txn (each pair scaled to its larger bar)", res.plotGroups()); err != nil {
+			if err := writePlotFile(png, "sharetx bench: direct vs proxy, consumer-group EOS vs sharetx txn (each pair scaled to its larger bar)", res.plotGroups()); err != nil {
 				fmt.Fprintf(stderr, "bench: plot: %v\n", err)
 				failed = true
 			}

@@ -40,7 +40,11 @@ const (
 // exactlyOnce reports whether mode promises exactly-once, so that its
 // outputs are checked per input id after every run.
 func exactlyOnce(mode string) bool {
-	return mode == modeTxn || mode == modeTxnSeq || mode == modeGroupEOS
+	switch mode {
+	case modeTxn, modeTxnSeq, modeGroupEOS, modeJavaShareEOS, modeJavaGroupEOS:
+		return true
+	}
+	return false
 }
 
 // pipelineResult is one consume-transform-produce run.

@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/sharetx/sharetx/e2e/sim"
 	"io"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 )
 
 // metrics is a scrape of a Prometheus text exposition: series (name with

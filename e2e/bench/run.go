@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/sharetx/sharetx/e2e/sim"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -439,13 +440,12 @@ func rotated[T any](xs []T, n int) []T {
 // pipelineRun is one run of the comparisons: a new group, a new output
 // topic that is checked when the mode is exactly-once and then deleted.
 func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pipelineResult, error) {
-	n := b.runs.Add(1)
-	o.group = fmt.Sprintf("bench-%s-%s-%d-%d", o.mode, b.suffix, o.batch, n)
-	o.out = b.topic(fmt.Sprintf("out-%d", n))
-	if err := sim.CreateTopic(ctx, b.adm, o.out, int32(b.o.Partitions), -1); err != nil {
-		return nil, fmt.Errorf("output topic: %w", err)
+	n, out, err := b.runOutput(ctx)
+	if err != nil {
+		return nil, err
 	}
-	defer b.dropTopic(o.out)
+	defer b.dropTopic(out)
+	o.group, o.out = fmt.Sprintf("bench-%s-%s-%d-%d", o.mode, b.suffix, o.batch, n), out
 	if o.mode != modeGroupEOS {
 		if err := shareFromEarliest(ctx, b.admin, o.group); err != nil {
 			return nil, err
@@ -463,7 +463,6 @@ func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pi
 	}
 	var before metrics
 	if o.mode == modeTxn || o.mode == modeTxnSeq {
-		var err error
 		if before, err = b.proxy.scrape(); err != nil {
 			return nil, err
 		}
@@ -482,6 +481,16 @@ func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pi
 		}
 	}
 	return r, nil
+}
+
+// runOutput numbers a new run and creates its output topic.
+func (b *bench) runOutput(ctx context.Context) (int64, string, error) {
+	n := b.runs.Add(1)
+	out := b.topic(fmt.Sprintf("out-%d", n))
+	if err := sim.CreateTopic(ctx, b.adm, out, int32(b.o.Partitions), -1); err != nil {
+		return 0, "", fmt.Errorf("output topic: %w", err)
+	}
+	return n, out, nil
 }
 
 // dropTopic deletes a run's topic at once (a full run would otherwise keep
@@ -590,8 +599,12 @@ func (b *bench) javaEOS(ctx context.Context) {
 }
 
 func (b *bench) javaRun(ctx context.Context, mode, in string, round int) (*pipelineResult, error) {
-	n := b.runs.Add(1)
-	jo := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: b.topic(fmt.Sprintf("out-%d", n)),
+	n, out, err := b.runOutput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer b.dropTopic(out)
+	jo := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: out,
 		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
 		Batch: b.o.JavaEOSBatch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.JavaEOSDur}
 	if mode == modeJavaGroupEOS {
@@ -599,10 +612,6 @@ func (b *bench) javaRun(ctx context.Context, mode, in string, round int) (*pipel
 	} else if err := shareFromEarliest(ctx, b.admin, jo.Group); err != nil {
 		return nil, err
 	}
-	if err := sim.CreateTopic(ctx, b.adm, jo.Out, int32(b.o.Partitions), -1); err != nil {
-		return nil, fmt.Errorf("output topic: %w", err)
-	}
-	defer b.dropTopic(jo.Out)
 	jr, err := runJavaEOS(ctx, jo)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func TestBenchOnCluster(t *testing.T) {
 		for _, r := range runs {
 			if r.Mode == mode {
 				n++
-				if exactlyOnce(r.Mode) || r.Language == "java" {
+				if exactlyOnce(r.Mode) {
 					if !r.Verified || r.Duplicates != 0 || r.Lost != 0 || r.Outputs != r.Records || r.Records == 0 {
 						t.Errorf("%s run not exactly-once: %+v", mode, r)
 					}

@@ -89,7 +89,7 @@ func JavaApps(ctx context.Context, progress io.Writer) (java, classpath string, 
 		cmd.Stderr = io.MultiWriter(&errOut, progress)
 	}
 	if err := cmd.Run(); err != nil {
-		return "", "", fmt.Errorf("java/apps.sh: %v\n%s", err, lastLines(errOut.String(), 20))
+		return "", "", fmt.Errorf("java/apps.sh: %v\n%s", err, LastLines(errOut.String(), 20))
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	classpath = strings.TrimSpace(lines[len(lines)-1])
@@ -99,7 +99,7 @@ func JavaApps(ctx context.Context, progress io.Writer) (java, classpath string, 
 	return java, classpath, nil
 }
 
-func lastLines(s string, n int) string {
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
