@@ -50,7 +50,7 @@ func TestJavaExamplesZeroConfig(t *testing.T) {
 		if sum["out"] != n || sum["commits"] == 0 || sum["aborts"] == 0 || sum["in"] < n+sum["aborts"] {
 			t.Errorf("summary %v: want out=%d, commits and aborts, in >= out + the aborted ones", sum, n)
 		}
-		outputs, err := cluster.ReadAllCommitted("ctp-out", 2*time.Second, 30*time.Second)
+		outputs, err := cluster.ReadAllCommitted("ctp-out", 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -221,7 +221,7 @@ func TestVerifierOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	outputs, err := orchestrator(s).ReadAllCommitted(out, 2*time.Second, time.Minute)
+	outputs, err := orchestrator(s).ReadAllCommitted(out, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -319,7 +319,7 @@ func (p *phase) verify() PhaseResult {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		outputs, readErr = orchestrator(o.Seeds).ReadAllCommitted(p.out, 3*time.Second, 2*time.Minute)
+		outputs, readErr = orchestrator(o.Seeds).ReadAllCommitted(p.out, 3*time.Minute)
 	}()
 	go func() {
 		defer wg.Done()

@@ -151,38 +151,114 @@ func (w *OutputWatcher) Close() {
 }
 
 // ReadAllCommitted reads the whole topic read_committed with a fresh client
-// until no record came for idle (and at most max), and counts per value.
-func (c Cluster) ReadAllCommitted(topic string, idle, max time.Duration) (map[string]int, error) {
-	cl, err := c.readCommitted(topic)
+// and counts the data records per value. It reads to the topic's end, known
+// from offsets rather than from a quiet spell (a quiet spell is also what a
+// partition whose leader is moving looks like): it waits until no
+// transaction is open on the topic (every partition's last stable offset is
+// its high watermark; the caller's producers have stopped, so the end is
+// final) and reads every partition up to it, control records included.
+// Transient errors (a broker down, a leader moving) are retried until max
+// has passed; then it returns what it read and an error saying what is
+// missing.
+func (c Cluster) ReadAllCommitted(topic string, max time.Duration) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), max)
+	defer cancel()
+	admCl, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	defer admCl.Close()
+	end, err := stableEnd(ctx, kadm.NewClient(admCl), topic)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", topic, err)
+	}
+	cl, err := c.Client(kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.KeepControlRecords())
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
 	counts := map[string]int{}
-	start := time.Now()
-	last := start
-	var fetchErr error
-	for time.Since(last) < idle {
-		if time.Since(start) > max {
-			return counts, fmt.Errorf("reading %s: still receiving records after %s", topic, max)
+	next := map[int32]int64{} // per partition: the offset after the last record read
+	behind := func() []string {
+		var b []string
+		for p, e := range end {
+			if next[p] < e {
+				b = append(b, fmt.Sprintf("%d: at %d of %d", p, next[p], e))
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
+		sort.Strings(b)
+		return b
+	}
+	var fetchErr error
+	for len(behind()) > 0 {
+		if ctx.Err() != nil {
+			msg := fmt.Sprintf("reading %s: partitions not read to their end within %s (%v)", topic, max, behind())
+			if fetchErr != nil {
+				msg += fmt.Sprintf("; last fetch error: %v", fetchErr)
+			}
+			return counts, errors.New(msg)
+		}
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
 		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				fetchErr = err
 			}
 		})
 		fs.EachRecord(func(r *kgo.Record) {
-			counts[string(r.Value)]++
-			last = time.Now()
+			next[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				counts[string(r.Value)]++
+			}
 		})
 	}
-	if len(counts) == 0 && fetchErr != nil {
-		return counts, fmt.Errorf("reading %s: %w", topic, fetchErr)
-	}
 	return counts, nil
+}
+
+// stableEnd waits until no transaction is open on topic (each partition's
+// last stable offset equals its high watermark) and returns those offsets,
+// retrying transient errors until ctx ends.
+func stableEnd(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	var last error
+	for {
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = hw.Error()
+		}
+		var lso kadm.ListedOffsets
+		if err == nil {
+			lso, err = adm.ListCommittedOffsets(ctx, topic)
+			if err == nil {
+				err = lso.Error()
+			}
+		}
+		if err == nil {
+			end := map[int32]int64{}
+			open := 0
+			hw.Each(func(o kadm.ListedOffset) {
+				end[o.Partition] = o.Offset
+				if l, ok := lso.Lookup(topic, o.Partition); !ok || l.Offset != o.Offset {
+					open++
+				}
+			})
+			if len(end) == 0 {
+				err = fmt.Errorf("no partitions listed for %s", topic)
+			} else if open == 0 {
+				return end, nil
+			} else {
+				err = fmt.Errorf("%d partition(s) with a transaction still open", open)
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the end of %s: %w (last: %v)", topic, ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // PO is a record's partition and offset.
@@ -238,8 +314,27 @@ func (c Cluster) Unacked(group, topic string, poll, settle time.Duration) (map[P
 
 // ShareLag sums the share-group lag (KIP-1226: records not yet acknowledged
 // or archived) over the topic's partitions; -1 if a partition's is unknown.
+// A failed look (a broker down, a coordinator moving: a fault of a test that
+// overlaps this check) is retried for up to two minutes; the error is the
+// last one.
 func ShareLag(cl *kgo.Client, group, topic string) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		lag, err := shareLagOnce(ctx, cl, group, topic)
+		if err == nil {
+			return lag, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func shareLagOnce(ctx context.Context, cl *kgo.Client, group, topic string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
 	if err != nil {

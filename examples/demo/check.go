@@ -41,7 +41,7 @@ func (m *modeRun) verify() {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		outputs, readErr = verifier(bootstrp).ReadAllCommitted(m.out, 2*time.Second, time.Minute)
+		outputs, readErr = verifier(bootstrp).ReadAllCommitted(m.out, time.Minute)
 	}()
 	go func() {
 		defer wg.Done()
