@@ -25,7 +25,7 @@ func wantTouches(cl *Producer, tv2, tv1 int) int {
 }
 
 // TestAcknowledgerRetriable: a transient refusal (the proxy's TX_PENDING
-// limit: COORDINATOR_NOT_AVAILABLE) aborts the transaction, including what an
+// limit: TRANSACTION_ABORTABLE) aborts the transaction, including what an
 // earlier Flush staged in it (released by the proxy for redelivery: in
 // Released, no longer kept), keeps the acknowledgements it could not stage,
 // and a retry commits them.
@@ -46,11 +46,11 @@ func TestAcknowledgerRetriable(t *testing.T) {
 	}
 	a.AcknowledgeAll([]*kgo.Record{rec("in", 1, 3), rec("in2", 0, 9)}, Reject)
 	f.setAnswer(func(*kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknowledgeResponse {
-		return topLevelError(kerr.CoordinatorNotAvailable.Code, "sharetx: the TX_PENDING limit is reached")
+		return topLevelError(kerr.TransactionAbortable.Code, "sharetx: the TX_PENDING limit is reached")
 	})
 	err := a.Commit(ctx)
-	if !errors.Is(err, ErrRetriable) || errors.Is(err, ErrRejected) || errors.Is(err, ErrTerminal) || !errors.Is(err, kerr.CoordinatorNotAvailable) {
-		t.Fatalf("Commit: %v, want ErrRetriable wrapping COORDINATOR_NOT_AVAILABLE", err)
+	if !errors.Is(err, ErrRetriable) || errors.Is(err, ErrRejected) || errors.Is(err, ErrTerminal) || !errors.Is(err, kerr.TransactionAbortable) {
+		t.Fatalf("Commit: %v, want ErrRetriable wrapping TRANSACTION_ABORTABLE", err)
 	}
 	te := asTxnError(t, err)
 	if te.Op != "commit" || te.Kept != 2 || len(te.Dropped) != 0 || len(te.Released) != 1 || te.Released[0].Offset != 5 || te.MaybeCommitted || te.AbortErr != nil || a.Len() != 2 {

@@ -101,8 +101,8 @@ func (e *errNotAdvertised) Is(target error) bool { return target == ErrNotAdvert
 // ErrTerminal.
 var (
 	// ErrRetriable: the failure was transient (coordinator or proxy not
-	// available, including the proxy's TX_PENDING limit;
-	// TRANSACTION_ABORTABLE; a network error or timeout; a canceled
+	// available; TRANSACTION_ABORTABLE, which the proxy also answers at its
+	// TX_PENDING limit; a network error or timeout; a canceled
 	// context; a commit whose outcome is unknown, see
 	// TransactionError.MaybeCommitted). The transaction was aborted
 	// (TransactionError.AbortErr says if that failed too), and every

@@ -47,8 +47,18 @@ type KIP1289 struct {
 	ShadowPartitions  int    `yaml:"shadow_partitions"`
 	ShadowReplication int    `yaml:"shadow_replication"` // -1: the broker default
 	// MaxPendingRecords bounds the records held TX_PENDING or committed
-	// and not yet applied; past it TxnShareAcknowledge is refused.
+	// and not yet applied; past it TxnShareAcknowledge is refused with
+	// TRANSACTION_ABORTABLE (the held records belong to other transactions,
+	// which may take minutes: a retriable code would hold the caller's
+	// commit or abort back).
 	MaxPendingRecords int `yaml:"max_pending_records"`
+	// NotReadyRetryFor bounds how long after start TxnShareAcknowledge is
+	// answered COORDINATOR_NOT_AVAILABLE (retriable) while the shadow topic
+	// is not ready; after it, TRANSACTION_ABORTABLE. The KIP's client
+	// retries a retriable code without limit, ahead of its EndTxn, so a
+	// shadow topic that cannot be created must not hold its commit or abort
+	// back.
+	NotReadyRetryFor time.Duration `yaml:"not_ready_retry_for"`
 	// ClientAcks of TX_PENDING or committed offsets: "absorb" answers them
 	// as successful without forwarding (franz-go's share consumer accepts
 	// the previous poll implicitly); "reject" answers INVALID_RECORD_STATE.
@@ -228,6 +238,7 @@ func Default() Config {
 			ClientAcks:        "absorb",
 			CloseHold:         time.Minute,
 			RecoveryLookback:  time.Hour,
+			NotReadyRetryFor:  15 * time.Second,
 
 			MaxOffsetsPerCall:    100000,
 			MaxPartitionsPerCall: 1000,
@@ -554,6 +565,9 @@ func (c *Config) Validate() error {
 		if len(bytes.TrimSpace(b)) < 32 {
 			return errorf("kip1289.shadow_key_file", "%s holds %d bytes; the shared secret needs at least 32 (e.g. `head -c 48 /dev/urandom | base64 > %s`)", f, len(bytes.TrimSpace(b)), f)
 		}
+	}
+	if c.KIP1289.NotReadyRetryFor <= 0 {
+		return errorf("kip1289.not_ready_retry_for", "must be positive (e.g. 15s): how long a client may retry while the shadow topic is not ready")
 	}
 	if c.KIP1289.RecoveryLookback <= 0 {
 		return errorf("kip1289.recovery_lookback", "must be positive (e.g. 1h): a proxy needs the shadow topic's recent records to screen redelivered records")

@@ -292,8 +292,8 @@ func TestAcknowledgerFailedCommitRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := a.Commit(ctx)
-		if !errors.Is(err, client.ErrRetriable) || !errors.Is(err, kerr.CoordinatorNotAvailable) {
-			t.Fatalf("commit over the TX_PENDING limit: %v, want ErrRetriable (COORDINATOR_NOT_AVAILABLE)", err)
+		if !errors.Is(err, client.ErrRetriable) || !errors.Is(err, kerr.TransactionAbortable) {
+			t.Fatalf("commit over the TX_PENDING limit: %v, want ErrRetriable (TRANSACTION_ABORTABLE)", err)
 		}
 		var te *client.TransactionError
 		if !errors.As(err, &te) || te.Kept != 1 || a.Len() != 1 {

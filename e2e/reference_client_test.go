@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sharetx/sharetx/configs"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -352,9 +353,9 @@ func newRefSetup(t *testing.T, b *Backend, records int, partitions int32) *refSe
 
 // newRefSetupWith is a refSetup whose input topic in creates (empty), with
 // an output topic of outPartitions and a share group named after prefix.
-func newRefSetupWith(t *testing.T, b *Backend, prefix string, in func(*kadm.Client) string, outPartitions int32) *refSetup {
+func newRefSetupWith(t *testing.T, b *Backend, prefix string, in func(*kadm.Client) string, outPartitions int32, opts ...ProxyOpt) *refSetup {
 	t.Helper()
-	s := &refSetup{b: b, p: StartProxy(t, b.Seeds), group: Unique(prefix)}
+	s := &refSetup{b: b, p: StartProxy(t, b.Seeds, opts...), group: Unique(prefix)}
 	s.admin = s.p.NewClient(t, &DialRecorder{})
 	adm := kadm.NewClient(s.admin)
 	s.in = in(adm)
@@ -957,5 +958,70 @@ func TestReferenceClientTransactionalInputGaps(t *testing.T) {
 		}
 		hb(-1) // leave
 		s.nothingLeft(t, nil)
+	})
+}
+
+// TestReferenceClientPendingLimitIsAbortable: the KIP's client retries a
+// retriable code without limit, ahead of its EndTxn, so a TX_PENDING limit
+// held by another transaction must not answer one. At the limit the call is
+// TRANSACTION_ABORTABLE: that transaction (with an output record in it)
+// aborts at once, the holder commits, and a retry of the refused
+// acknowledgement in a new transaction commits too; nothing is left.
+func TestReferenceClientPendingLimitIsAbortable(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newRefSetupWith(t, b, "ref-limit", func(adm *kadm.Client) string { return createTopic(t, adm, b, 1) }, 1,
+			func(c *configs.Config) { c.KIP1289.MaxPendingRecords = 1 })
+		produceN(t, s.admin, s.in, 2)
+		ctx := ctxT(t, 2*time.Minute)
+		rc := s.client(t)
+		var recs []*kgo.Record
+		for len(recs) < 2 {
+			recs = append(recs, rc.poll(t, ctx, 2-len(recs))...)
+		}
+		rc.beginAndStage(t, ctx, recs[:1], 1) // holds the only TX_PENDING slot
+
+		other := Unique("ref-txn-other")
+		pb := s.p.NewClient(t, &DialRecorder{}, kgo.TransactionalID(other), kgo.DefaultProduceTopic(s.out))
+		if err := pb.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pb.ProduceSync(ctx, kgo.StringRecord("aborted output")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		pid, epoch, err := pb.ProducerID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := rc.metadata(t, ctx)
+		res := refSend(t, s.p.Addr, refRequest(other, pid, epoch, m, refPartitions(rc.topicIDs, recs[1:], 1)[0]))
+		if res.code != kerr.TransactionAbortable.Code {
+			t.Fatalf("over kip1289.max_pending_records: %v (%s), want TRANSACTION_ABORTABLE", res.err(), res.message)
+		}
+		abortCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := pb.EndTransaction(abortCtx, kgo.TryAbort); err != nil {
+			t.Fatalf("the refused transaction could not abort: %v", err)
+		}
+
+		rc.endTxn(t, ctx, true)
+		Wait(t, 30*time.Second, "the committed acknowledgement applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+
+		// The refused transaction's producer tries again, now under the limit.
+		if err := pb.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pb.ProduceSync(ctx, kgo.StringRecord("committed output")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if pid, epoch, err = pb.ProducerID(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res := refSend(t, s.p.Addr, refRequest(other, pid, epoch, rc.metadata(t, ctx), refPartitions(rc.topicIDs, recs[1:], 1)[0])); res.code != 0 {
+			t.Fatalf("the retry under the limit: %v (%s)", res.err(), res.message)
+		}
+		if err := pb.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		s.nothingLeft(t, rc)
 	})
 }

@@ -51,7 +51,8 @@ type KIP1289 struct {
 
 	ctx      context.Context // ends with Close
 	cancel   context.CancelFunc
-	conflict atomic.Bool // the cluster advertises our key
+	conflict atomic.Bool // a broker advertised our key (logged once; the proxy keeps serving it)
+	built    time.Time   // NewKIP1289: kip1289.not_ready_retry_for counts from here
 
 	mCalls       *prometheus.CounterVec
 	mEpochErrors prometheus.Counter
@@ -63,7 +64,8 @@ type KIP1289 struct {
 // authenticate closes it, as the broker closes one that sends requests
 // before authenticating). Metrics are registered in reg (nil: not
 // registered). It learns from the traffic at once; TxnShareAcknowledge is
-// answered COORDINATOR_NOT_AVAILABLE (retriable) until Start.
+// answered COORDINATOR_NOT_AVAILABLE (retriable) until Start, for at most
+// kip1289.not_ready_retry_for; TRANSACTION_ABORTABLE after that.
 func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, side upstream.SideChannel, requireAuth bool) *KIP1289 {
 	def := configs.Default().KIP1289
 	if cfg.MaxOffsetsPerCall <= 0 {
@@ -71,6 +73,9 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 	}
 	if cfg.MaxPartitionsPerCall <= 0 {
 		cfg.MaxPartitionsPerCall = def.MaxPartitionsPerCall
+	}
+	if cfg.NotReadyRetryFor <= 0 {
+		cfg.NotReadyRetryFor = def.NotReadyRetryFor
 	}
 	id := cfg.ProxyID
 	if id == "" {
@@ -85,7 +90,7 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		cfg: cfg, key: int16(cfg.APIKey), log: log, proxyID: id, requireAuth: requireAuth,
 		ledger: ledger, sessions: sessions, applier: applier, side: side,
 		resolver: markers.NewResolver(ctx, ledger, applier, cfg.MaxOffsetsPerCall, cfg.MaxPartitionsPerCall, log, reg),
-		ctx:      ctx, cancel: cancel,
+		ctx:      ctx, cancel: cancel, built: time.Now(),
 		mCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "txn_share_acknowledge_total",
 			Help: "TxnShareAcknowledge calls, by result (ok or the Kafka error name)."}, []string{"result"}),
 		mEpochErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_share_session_epoch_errors_total",
@@ -132,7 +137,15 @@ func (e *KIP1289) Close() { e.cancel() }
 func (e *KIP1289) stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest, ident string) *kip1289.TxnShareAcknowledgeResponse {
 	s := e.stager.Load()
 	if s == nil {
-		return e.count(staging.ErrorResponse(req, kerr.CoordinatorNotAvailable.Code, "sharetx: the shadow topic is not ready yet; retry"))
+		// Retriable while a start-up may still finish; abortable once it
+		// has taken longer than that: the KIP's client retries a retriable
+		// code without limit, ahead of the EndTxn that would end the
+		// transaction (design.md §4.1).
+		if time.Since(e.built) < e.cfg.NotReadyRetryFor {
+			return e.count(staging.ErrorResponse(req, kerr.CoordinatorNotAvailable.Code, "sharetx: the shadow topic is not ready yet; retry"))
+		}
+		return e.count(staging.ErrorResponse(req, kerr.TransactionAbortable.Code, fmt.Sprintf(
+			"sharetx: the shadow topic is still not ready %s after start (see the proxy's log: it may be unable to create kip1289.shadow_topic); abort this transaction", time.Since(e.built).Truncate(time.Second))))
 	}
 	resp, staged := s.Stage(ctx, req, ident)
 	if staged != nil {

@@ -14,20 +14,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// advertise adds TxnShareAcknowledge to an ApiVersions response, unless the
-// cluster itself uses the key: then the proxy must not answer that key, and
-// says so loudly.
+// advertise adds TxnShareAcknowledge to an ApiVersions response, always at
+// the same versions (v0), whether the shadow topic is ready or not: the
+// KIP's client refuses the call itself, and its producer becomes unusable
+// for good, once a node's ApiVersions lack the key. A broker that
+// advertises the key itself (start-up refuses such a cluster, CheckUpstream;
+// this is one that began to later, e.g. an upgrade) has its entry replaced
+// by the proxy's: clients of this proxy keep the answers they started with,
+// and the operator is told, once, to choose another key.
 func (e *KIP1289) advertise(resp *kmsg.ApiVersionsResponse) bool {
+	keep := resp.ApiKeys[:0]
 	for _, k := range resp.ApiKeys {
 		if k.ApiKey == e.key {
-			e.conflict.Store(true)
-			e.log.Error("the upstream cluster advertises the API key configured for TxnShareAcknowledge; set kip1289.api_key to a key the cluster does not use", "api_key", e.key)
-			return false
+			if e.conflict.CompareAndSwap(false, true) {
+				e.log.Error("a broker now advertises the API key configured for TxnShareAcknowledge; this proxy keeps serving it itself, so its clients stay consistent. Set kip1289.api_key to a key the cluster does not use, and roll the sidecars", "api_key", e.key)
+			}
+			continue
 		}
+		keep = append(keep, k)
 	}
 	k := kmsg.NewApiVersionsResponseApiKey()
 	k.ApiKey, k.MinVersion, k.MaxVersion = e.key, 0, 0
-	resp.ApiKeys = append(resp.ApiKeys, k)
+	resp.ApiKeys = append(keep, k)
 	return true
 }
 
@@ -36,15 +44,15 @@ func (e *KIP1289) advertise(resp *kmsg.ApiVersionsResponse) bool {
 func (e *KIP1289) CheckUpstream(resp *kmsg.ApiVersionsResponse) error {
 	for _, k := range resp.ApiKeys {
 		if k.ApiKey == e.key {
-			e.conflict.Store(true)
 			return fmt.Errorf("the upstream cluster advertises API key %d, which kip1289.api_key configures for TxnShareAcknowledge: choose a key the cluster does not use", e.key)
 		}
 	}
 	return nil
 }
 
-// Serves reports whether the proxy answers key itself.
-func (e *KIP1289) Serves(key int16) bool { return key == e.key && !e.conflict.Load() }
+// Serves reports whether the proxy answers key itself: its own key, for the
+// life of the process (see advertise).
+func (e *KIP1289) Serves(key int16) bool { return key == e.key }
 
 // TxnHook answers a TxnShareAcknowledge request, off the read loop.
 func (e *KIP1289) TxnHook(r *Request) Action {

@@ -21,7 +21,8 @@ func (s *Server) KIP() *intercept.KIP1289 { return s.env.KIP }
 // the cluster does not use the TxnShareAcknowledge key itself, creates the
 // shadow topic when missing, and tails it for control markers from its
 // current end. Until it returns TxnShareAcknowledge answers
-// COORDINATOR_NOT_AVAILABLE (retriable).
+// COORDINATOR_NOT_AVAILABLE (retriable), TRANSACTION_ABORTABLE once that
+// has lasted kip1289.not_ready_retry_for.
 func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	kip := s.env.KIP
 	cfg := s.cfg.KIP1289

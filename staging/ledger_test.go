@@ -180,7 +180,7 @@ func TestValidateErrors(t *testing.T) {
 	if got := partErr(txnReq(topic, 0, ab(4, 4, 1))); got != kerr.InvalidRecordState.Code {
 		t.Errorf("already staged: %d", got)
 	}
-	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(5, 9, 1)), ""); r == nil || r.ErrorCode != kerr.CoordinatorNotAvailable.Code {
+	if r, _ := e.validateAndReserve(txnReq(topic, 0, ab(5, 9, 1)), ""); r == nil || r.ErrorCode != kerr.TransactionAbortable.Code {
 		t.Errorf("over max_pending_records (8; 5 staged + 5): %+v", r)
 	}
 }

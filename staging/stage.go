@@ -305,7 +305,10 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 	case !failed && total == 0:
 		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
 	case !failed && l.pending+total > l.cfg.MaxPendingRecords:
-		return ErrorResponse(req, kerr.CoordinatorNotAvailable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; commit or abort open transactions, or raise the limit", l.cfg.MaxPendingRecords)), nil
+		// Abortable, not retriable: the held records belong to other
+		// transactions, and the KIP's client retries a retriable code
+		// without limit ahead of its EndTxn (design.md §4.1).
+		return ErrorResponse(req, kerr.TransactionAbortable.Code, fmt.Sprintf("sharetx: the TX_PENDING limit (kip1289.max_pending_records=%d) is reached; abort this transaction and retry later, or raise the limit", l.cfg.MaxPendingRecords)), nil
 	case failed:
 		return partialFailure(results), nil
 	}
