@@ -65,6 +65,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
 	fs.StringVar(&o.KgoLog, "kgo-log", "warn", "the workers' kgo log level (in their logs)")
 	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxies' log level (in their logs): debug, info, warn, error")
+	repeat := fs.Int("repeat", 1, "run the whole matrix this many times (seeds --seed, --seed+1, ...); a summary says how often each phase passed")
 	fs.StringVar(&o.WorkerLang, "worker-lang", "go", "the workers: go (this binary) or java (e2e/chaos/java, built with java/apps.sh; needs java, javac, mvn)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -83,6 +84,10 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chaos: --faults: %v\n", err)
 		return 2
 	}
+	if *repeat < 1 {
+		fmt.Fprintln(stderr, "chaos: --repeat must be >= 1")
+		return 2
+	}
 	if o.Records < 1 || o.Workers < 1 || o.Proxies < 1 || o.AbortRate < 0 || o.AbortRate >= 1 {
 		fmt.Fprintln(stderr, "chaos: --records, --workers and --proxies must be >= 1, --abort-rate in [0,1)")
 		return 2
@@ -96,21 +101,47 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	t0 := time.Now()
-	results, err := Run(ctx, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		return 1
+	if o.Seed == 0 {
+		o.Seed = time.Now().UnixNano()
 	}
-	fmt.Fprintln(stdout)
-	WriteTable(stdout, results)
+	baseDir := o.WorkDir
+	var all []PhaseResult
+	for round := 1; round <= *repeat; round++ {
+		ro := o
+		ro.Seed = o.Seed + int64(round-1)
+		if *repeat > 1 {
+			fmt.Fprintf(stdout, "== round %d of %d (seed %d)\n", round, *repeat, ro.Seed)
+			if baseDir != "" {
+				ro.WorkDir = fmt.Sprintf("%s/round-%d", baseDir, round)
+			}
+		}
+		results, err := Run(ctx, ro)
+		if err != nil {
+			fmt.Fprintf(stderr, "chaos: %v\n", err)
+			return 1
+		}
+		for i := range results {
+			results[i].Round = round
+		}
+		fmt.Fprintln(stdout)
+		WriteTable(stdout, results)
+		all = append(all, results...)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if *repeat > 1 {
+		fmt.Fprintln(stdout)
+		WriteSummary(stdout, all)
+	}
 	fmt.Fprintf(stdout, "total %.0fs\n", time.Since(t0).Seconds())
 	if *jsonPath != "" {
-		if err := WriteJSON(*jsonPath, results); err != nil {
+		if err := WriteJSON(*jsonPath, all); err != nil {
 			fmt.Fprintf(stderr, "chaos: --json: %v\n", err)
 			return 1
 		}
 	}
-	if !AllPass(results) {
+	if !AllPass(all) {
 		return 1
 	}
 	return 0

@@ -13,6 +13,7 @@ import (
 
 // PhaseResult is one row of the final table (and of --json).
 type PhaseResult struct {
+	Round      int    `json:"round,omitempty"` // of --repeat, from 1
 	Fault      string `json:"fault"`
 	WorkerLang string `json:"worker_lang"` // go or java
 	sim.Counts
@@ -93,6 +94,44 @@ func sample(ids []string, n int) string {
 		return strings.Join(ids, " ")
 	}
 	return strings.Join(ids[:n], " ") + fmt.Sprintf(" ... (%d in all)", len(ids))
+}
+
+// WriteSummary prints, per fault and worker language, in how many rounds of
+// a --repeat run the phase passed, failed or was skipped, and the rounds
+// that failed.
+func WriteSummary(w io.Writer, results []PhaseResult) {
+	type key struct{ fault, lang string }
+	type tally struct {
+		pass, fail, skip int
+		failed           []string
+	}
+	var order []key
+	by := map[key]*tally{}
+	for _, r := range results {
+		k := key{r.Fault, r.WorkerLang}
+		t := by[k]
+		if t == nil {
+			t = &tally{}
+			by[k] = t
+			order = append(order, k)
+		}
+		switch r.Result() {
+		case "PASS":
+			t.pass++
+		case "SKIP":
+			t.skip++
+		default:
+			t.fail++
+			t.failed = append(t.failed, fmt.Sprint(r.Round))
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "fault\tworkers\tpassed\tfailed\tskipped\tfailed in rounds\t")
+	for _, k := range order {
+		t := by[k]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t\n", k.fault, k.lang, t.pass, t.fail, t.skip, strings.Join(t.failed, ","))
+	}
+	tw.Flush()
 }
 
 // WriteJSON writes the results to path.

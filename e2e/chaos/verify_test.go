@@ -103,3 +103,28 @@ func TestWorkerLineFields(t *testing.T) {
 		t.Fatalf("%v", m)
 	}
 }
+
+// TestSummary: a --repeat run's summary counts each phase's results over
+// the rounds and names the rounds that failed.
+func TestSummary(t *testing.T) {
+	pass := PhaseResult{Fault: "worker-kill", WorkerLang: "go", Pass: true}
+	fail := PhaseResult{Fault: "worker-kill", WorkerLang: "go", Round: 2, Counts: sim.Counts{Lost: 1}}
+	skip := PhaseResult{Fault: "broker-restart", WorkerLang: "go", Round: 1, Skipped: "needs 3 nodes"}
+	p1, p3 := pass, pass
+	p1.Round, p3.Round = 1, 3
+	var b bytes.Buffer
+	WriteSummary(&b, []PhaseResult{p1, skip, fail, p3})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("summary:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[1]); !reflect.DeepEqual(f, []string{"worker-kill", "go", "2", "1", "0", "2"}) {
+		t.Errorf("worker-kill row %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); !reflect.DeepEqual(f, []string{"broker-restart", "go", "0", "0", "1"}) {
+		t.Errorf("broker-restart row %q", lines[2])
+	}
+	if AllPass([]PhaseResult{p1, skip, fail, p3}) {
+		t.Error("a run with a failed round must not pass")
+	}
+}
