@@ -14,9 +14,12 @@ run:
 build:
 	CGO_ENABLED=0 go build -trimpath -o bin/sharetx ./cmd/sharetx
 
+# staticcheck, pinned, through `go run` (the Go module proxy serves it; nothing is added to go.mod).
+STATICCHECK_VERSION ?= v0.8.2
 vet:
 	go vet ./...
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
+	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # Every test: unit tests, fuzz seeds, and the end-to-end suite against kfake
 # AND a real Apache Kafka cluster (started here from Maven Central jars):

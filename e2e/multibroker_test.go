@@ -35,7 +35,7 @@ func TestThreeBrokersLeadersSpread(t *testing.T) {
 
 		// The client answers Metadata from its cache for a few seconds
 		// (kgo's metadata min age): the moves above show once it expires.
-		leaders := map[int32]bool{}
+		var leaders map[int32]bool
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			md, err := adm.Metadata(ctx, topic)

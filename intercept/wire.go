@@ -30,14 +30,6 @@ func (r *reader) take(n int) []byte {
 	return s
 }
 
-func (r *reader) int8() int8 {
-	b := r.take(1)
-	if b == nil {
-		return 0
-	}
-	return int8(b[0])
-}
-
 func (r *reader) int16() int16 {
 	b := r.take(2)
 	if b == nil {
@@ -52,14 +44,6 @@ func (r *reader) int32() int32 {
 		return 0
 	}
 	return int32(binary.BigEndian.Uint32(b))
-}
-
-func (r *reader) int64() int64 {
-	b := r.take(8)
-	if b == nil {
-		return 0
-	}
-	return int64(binary.BigEndian.Uint64(b))
 }
 
 func (r *reader) uuid() (u [16]byte) {
@@ -130,24 +114,3 @@ func (r *reader) tags() {
 		r.take(int(size))
 	}
 }
-
-// complete fails unless every byte was consumed.
-func (r *reader) complete() error {
-	if r.err == nil && len(r.b) != 0 {
-		return errors.New("trailing bytes after the message")
-	}
-	return r.err
-}
-
-func appendCompactLen(b []byte, n int) []byte       { return binary.AppendUvarint(b, uint64(n)+1) }
-func appendCompactString(b []byte, s string) []byte { return append(appendCompactLen(b, len(s)), s...) }
-func appendCompactNullableString(b []byte, s *string) []byte {
-	if s == nil {
-		return append(b, 0)
-	}
-	return appendCompactString(b, *s)
-}
-func appendInt16(b []byte, v int16) []byte { return binary.BigEndian.AppendUint16(b, uint16(v)) }
-func appendInt32(b []byte, v int32) []byte { return binary.BigEndian.AppendUint32(b, uint32(v)) }
-func appendInt64(b []byte, v int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(v)) }
-func appendNoTags(b []byte) []byte         { return append(b, 0) }

@@ -148,12 +148,11 @@ func (e *env) client(opts ...kgo.Opt) *kgo.Client {
 }
 
 type producer struct {
-	e          *env
-	cl         *kgo.Client
-	txn        string
-	pid        int64
-	epoch      int16
-	tagCounter int64
+	e     *env
+	cl    *kgo.Client
+	txn   string
+	pid   int64
+	epoch int16
 }
 
 func (e *env) producer(txn string, opts ...kgo.Opt) *producer {

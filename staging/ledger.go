@@ -170,17 +170,6 @@ func (ps *partState) oweAck(o int64, member string, until time.Time) {
 	ps.owed[o] = owedAck{member, until}
 }
 
-// takeOwed reports whether member owed an acknowledgement of offset o, and
-// clears it.
-func (ps *partState) takeOwed(o int64, member string, now time.Time) bool {
-	ow, ok := ps.owed[o]
-	if !ok || ow.member != member {
-		return false
-	}
-	delete(ps.owed, o)
-	return now.Before(ow.until)
-}
-
 func (ps *partState) pruneOwed(now time.Time) {
 	for o, ow := range ps.owed {
 		if !now.Before(ow.until) {

@@ -393,7 +393,7 @@ func (p *pipeRun) groupWorker(ctx context.Context, w int) error {
 	o := p.o
 	sess, err := kgo.NewGroupTransactSession(clientOpts(o.bs,
 		kgo.ConsumerGroup(o.group), kgo.ConsumeTopics(o.in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RequireStableFetchOffsets(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.DefaultProduceTopic(o.out), kgo.MetadataMinAge(250*time.Millisecond),
 		kgo.TransactionalID(fmt.Sprintf("bench-%s-%d-w%d-%d", o.group, o.batch, w, time.Now().UnixNano())))...)
 	if err != nil {

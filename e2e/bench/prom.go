@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"math"
 	"sort"
@@ -129,11 +128,4 @@ func sampleQuantile(q float64, xs []float64) float64 {
 		i = len(s) - 1
 	}
 	return s[i]
-}
-
-func fmtMs(sec float64) string {
-	if math.IsNaN(sec) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f", sec*1000)
 }

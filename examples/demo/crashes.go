@@ -17,8 +17,6 @@ const (
 	crashRandom    = "random"    // wherever it is
 )
 
-var crashKinds = []string{crashProduced, crashCommitted, crashRandom}
-
 func crashWhere(kind, mode string) string {
 	switch {
 	case kind == crashProduced && mode == modeEOS:
