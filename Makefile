@@ -33,13 +33,18 @@ vet:
 # - a short fuzz of every decoder;
 # - the Java library with kafka-clients 4.2.2 against Kafka 4.2.2.
 # The three-node cluster is left running; `make kafka-down` stops it.
-test: vet
-	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 PKGS="$$(go list ./... | grep -v /e2e/chaos | tr "\n" " ")"
-	@$(MAKE) --no-print-directory test-java
-	@$(MAKE) --no-print-directory test-java-embedded
-	@$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 PKGS="./e2e ./e2e/chaos" E2E_SKIP='/^kfake$$'
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
-	@$(MAKE) --no-print-directory test-java-compat
+# Each part is timed (.ci/step); the table of what each took ends the run.
+STEP := .ci/step
+test:
+	@$(STEP) --reset
+	@$(STEP) "vet, gofmt, staticcheck" $(MAKE) --no-print-directory vet
+	@$(STEP) "Go suite: kfake + Kafka x1" $(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 PKGS="$$(go list ./... | grep -v /e2e/chaos | tr "\n" " ")"
+	@$(STEP) "Java library through a proxy (Kafka x1)" $(MAKE) --no-print-directory test-java
+	@$(STEP) "Java library, zero-config start" $(MAKE) --no-print-directory test-java-embedded
+	@$(STEP) "e2e real halves + chaos: Kafka x3" $(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 PKGS="./e2e ./e2e/chaos" E2E_SKIP='/^kfake$$'
+	@$(STEP) "fuzz every decoder (5 s each)" $(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	@$(STEP) "Java library, kafka-clients 4.2.2 / Kafka 4.2.2" $(MAKE) --no-print-directory test-java-compat
+	@$(STEP) --table
 
 PKGS ?= ./...
 # E2E_SKIP: a go test -skip pattern (e.g. '/^kfake$$' skips every test's kfake half).

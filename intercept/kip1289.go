@@ -97,7 +97,7 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors)
+		reg.MustRegister(e.mCalls, e.mEpochErrors, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e

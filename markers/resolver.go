@@ -142,3 +142,10 @@ func (r *Resolver) apply(call *staging.Call) {
 func (r *Resolver) Stats() (committed, aborted float64) {
 	return promstat.Sum(r.mMarkers, "commit"), promstat.Sum(r.mMarkers, "abort")
 }
+
+// Calls is how many of this proxy's staged calls await their resolution.
+func (r *Resolver) Calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}

@@ -41,6 +41,7 @@ type Tailer struct {
 
 	pmu      sync.Mutex
 	progress map[int32]int64 // per partition: offsets below were handled
+	hwm      map[int32]int64 // per partition: the high watermark of the last fetch
 	moved    chan struct{}   // closed (and replaced) when progress moves
 }
 
@@ -134,6 +135,7 @@ func newTailer(opts []kgo.Opt, topic string, start map[int32]int64, res *matcher
 		res:    res,
 
 		progress: make(map[int32]int64, len(start)),
+		hwm:      make(map[int32]int64, len(start)),
 		moved:    make(chan struct{}),
 	}
 	for p, o := range start {
@@ -154,6 +156,11 @@ func (t *Tailer) run(ctx context.Context) {
 			t.log.Warn("shadow fetch error", "partition", p, "err", err)
 		})
 		fs.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if ftp.Err == nil && ftp.HighWatermark > 0 {
+				t.pmu.Lock()
+				t.hwm[ftp.Partition] = ftp.HighWatermark
+				t.pmu.Unlock()
+			}
 			if n := len(ftp.Records); n > 0 {
 				defer t.advance(ftp.Partition, ftp.Records[n-1].Offset+1)
 			}
@@ -218,6 +225,18 @@ func (t *Tailer) Close() {
 	t.cancel()
 	<-t.done
 	t.cl.Close()
+}
+
+// Lag is how many records of the shadow topic the Tailer has not handled
+// yet, as of the last high watermarks its fetches saw.
+func (t *Tailer) Lag() int64 {
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	var lag int64
+	for p, h := range t.hwm {
+		lag += max(0, h-t.progress[p])
+	}
+	return lag
 }
 
 // Pending returns how many staged records of this proxy await a marker.

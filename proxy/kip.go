@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/markers"
@@ -69,6 +71,15 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	s.mu.Lock()
 	s.tailer = t
 	s.mu.Unlock()
+	if s.metrics != nil {
+		registerOnce(s.metrics.Registry,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_tail_lag_records",
+				Help: "Records of the shadow topic the proxy's tailer has not read yet (as of the last high watermarks it fetched)."},
+				func() float64 { return float64(t.Lag()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_unresolved_records",
+				Help: "Shadow records of this proxy read from the shadow topic and waiting for their transaction's marker."},
+				func() float64 { return float64(t.Pending()) }))
+	}
 	kip.CheckRenew(ctx, cl)
 	kip.Start(w, n, func(ctx context.Context) error {
 		ends, err := markers.EndOffsets(ctx, cl.Client, cfg.ShadowTopic)
@@ -124,4 +135,12 @@ func shadowKey(cfg configs.Config) ([]byte, string, error) {
 		return staging.DeriveShadowKey(append([]byte("tls:"), b...)), "upstream.tls.key_file", nil
 	}
 	return staging.DeriveShadowKey([]byte("sharetx: a cluster without authentication")), "fixed", nil
+}
+
+// registerOnce registers cs in r, keeping the first of a metric registered
+// twice (a StartKIP after a failed one).
+func registerOnce(r prometheus.Registerer, cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = r.Register(c)
+	}
 }

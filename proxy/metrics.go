@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -78,6 +79,10 @@ func NewMetrics() *Metrics {
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sharetx", Name: "request_duration_seconds",
 		Help:    "Time from reading a request to writing its response, by API.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"api"})
+	// The Go runtime's and the process's own (go_goroutines, go_memstats_*,
+	// process_resident_memory_bytes, process_open_fds, ...), as every Go
+	// service exposes them: make soak watches them for growth.
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.ConnsActive, m.ConnsTotal, m.ConnsClosed, m.UpstreamErrs, m.Rewrites, m.UpstreamNodes, m.Injected,
 		requests, reqBytes, respBytes, latency)
 	m.requestsVec, m.reqBytesVec, m.respBytesVec, m.latencyVec = requests, reqBytes, respBytes, latency

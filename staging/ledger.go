@@ -425,3 +425,33 @@ func (c *Call) Acks() map[upstream.SessionKey]upstream.Acks {
 
 // Absorbed counts the client acknowledgements absorbed so far.
 func (l *Ledger) Absorbed() float64 { return promstat.Value(l.mAbsorbed) }
+
+// Sizes is how much the ledger holds, by kind: what a long-running proxy
+// must keep flat (make soak samples it through sharetx_ledger_entries).
+type Sizes struct {
+	Members        int // members with a known epoch
+	Groups         int // groups with principals seen reading them
+	Transactions   int // transactional ids with a known producer id and epoch
+	SharePartition int // share partitions with acquisitions or held offsets
+	HeldOffsets    int // offsets with an entry of their own (staged, held, applied, looked at)
+	AcquiredRanges int // acquisitions kept as ranges
+	OwedAcks       int // client acknowledgements still owed after an abort
+	KnownRecords   int // shadow records known from the shadow topic
+	Waiting        int // shadow records with redelivered records held for them
+	Resolved       int // shadow locations resolved before they were read
+	Pending        int // offsets STAGING..COMMITTED
+}
+
+// Sizes counts what the ledger holds (one pass over its share partitions).
+func (l *Ledger) Sizes() Sizes {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Sizes{Members: len(l.members), Groups: len(l.readers), Transactions: len(l.txns), SharePartition: len(l.parts),
+		KnownRecords: len(l.knownAt), Waiting: len(l.waiting), Resolved: len(l.resolvedLocs), Pending: l.pending}
+	for _, ps := range l.parts {
+		s.HeldOffsets += len(ps.offsets)
+		s.AcquiredRanges += len(ps.acq)
+		s.OwedAcks += len(ps.owed)
+	}
+	return s
+}

@@ -367,3 +367,10 @@ func (ss *Sessions) Send(k SessionKey, req *kmsg.ShareAcknowledgeRequest) (*kmsg
 	}
 	return nil, lastErr
 }
+
+// Len is how many share sessions the table holds.
+func (s *Sessions) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
