@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +239,73 @@ func TestVerifierOnCluster(t *testing.T) {
 		if len(got) != len(inputs) || lag != int64(len(inputs)) {
 			t.Fatalf("round %d: the share-group check was handed %d unacknowledged inputs (lag %d), want %d: %v", round, len(got), lag, len(inputs), got)
 		}
+	}
+}
+
+// TestSoakShort: two minutes of `chaos soak` against the real cluster (make
+// test runs it on three nodes): 2 Go and 1 Java worker over 2 sidecars, up
+// to 300 inputs/s, a fault every 30 s (worker kill -9, last sidecar kill -9
+// and restart, broker restart on three nodes), the input in transactions
+// every other 15 s, sampled every 10 s. Every input in the output exactly
+// once and acknowledged, and no sampled figure of a sidecar kept growing.
+func TestSoakShort(t *testing.T) {
+	seeds := sim.RealSeeds(t, testing.Short())
+	sim.NeedJava(t)
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "sharetx-soak-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &sim.LineLog{T: t}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	script, err := filepath.Abs("../kafka/kafka.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := SoakOptions{Duration: 2 * time.Minute, Sample: 10 * time.Second, WarmUp: 30 * time.Second, Rate: 300, Backlog: 5000,
+		GoWorkers: 2, JavaWorkers: 1, FaultEvery: 30 * time.Second, Drain: 3 * time.Minute}
+	res, err := Soak(ctx, Options{Seeds: seeds, Proxies: 2, KafkaScript: script, TxnTimeout: 10 * time.Second, AbortRate: 0.1,
+		MaxPoll: 50, WorkDir: dir, Out: log}, so)
+	if err != nil {
+		t.Fatalf("soak: %v (logs in %s)", err, dir)
+	}
+	var sum strings.Builder
+	WriteSoakSummary(&sum, res, 0)
+	t.Logf("soak (logs in %s):\n%s", dir, sum.String())
+	r := res.PhaseResult
+	if !res.SoakPass || r.In != res.Records || r.Distinct != res.Records || r.Duplicates != 0 || r.Lost != 0 || r.Unacked != 0 || r.Unexpected != 0 {
+		t.Errorf("soak: %s: records %d, in %d, distinct %d, duplicates %d, lost %d, unacked %d, unexpected %d, growing %v, errors %v",
+			r.Result(), res.Records, r.In, r.Distinct, r.Duplicates, r.Lost, r.Unacked, r.Unexpected, res.Growing, r.Errors)
+	}
+	// The run did what it says: inputs, faults, samples of sidecar 1 over
+	// the whole load, and growth judged on them.
+	if res.Records < 1000 || r.TxnsCommitted == 0 || r.TxnsAborted == 0 {
+		t.Errorf("%d inputs, %d transactions committed, %d aborted: the load did not run", res.Records, r.TxnsCommitted, r.TxnsAborted)
+	}
+	if len(res.Faults) < 2 {
+		t.Errorf("faults injected: %v, want at least a worker kill and a sidecar restart", res.Faults)
+	}
+	var first int
+	for _, s := range res.Samples {
+		if s.Proxy == 1 && s.Start == 1 && s.Load {
+			first++
+		}
+	}
+	if first < 9 {
+		t.Errorf("%d samples of sidecar 1 under load, want at least 9 (one every 10 s for 2 minutes)", first)
+	}
+	judged := 0
+	for _, row := range judgeGrowth(res.Samples, so.WarmUp) {
+		if row.Proxy == 1 && row.NotJudgedWhy == "" {
+			judged++
+		}
+	}
+	if judged != len(soakMetrics) {
+		t.Errorf("%d figures of sidecar 1 judged for growth, want all %d", judged, len(soakMetrics))
+	}
+	if _, err := os.Stat(res.Plot); err != nil {
+		t.Errorf("plot: %v", err)
 	}
 }

@@ -70,34 +70,41 @@ func (p *phase) workerKill() {
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
-		s := k.s
-		// Up to a minute: a restarted worker may be given no partition
-		// until the dead members' sessions expire (45 s), and a JVM worker
-		// takes seconds to restart, so the others may have taken all the
-		// work meanwhile. holdAt gives up once every input is in the output.
-		if !p.holdAt(s, k.point, "5s", time.Minute) {
-			p.note("worker %s did not reach %q (no work left?): kill %d skipped", s.label, k.point, i+1)
-			continue
-		}
-		pid := s.cur.Pid()
-		s.cur.Kill9()
-		old := p.txnID(s)
-		if k.newID {
-			s.incarnation++
-		}
-		if err := p.startWorker(s); err != nil {
-			p.fail("restart worker %d: %v", s.idx, err)
-			return
-		}
-		how := "the same transactional id " + old + " (fences the dead incarnation)"
-		if k.newID {
-			how = "a new transactional id " + p.txnID(s)
-			if k.point == "staged" {
-				how += " (the dead one's open transaction must time out)"
-			}
-		}
-		p.note("kill -9 worker %d (pid %d) at %q; restarted as %s with %s", s.idx, pid, k.point, s.label, how)
+		p.killWorkerAt(k.s, k.point, k.newID, i+1)
 	}
+}
+
+// killWorkerAt kills worker s with kill -9 while it holds at point (the
+// n-th kill of the phase) and restarts it, with a new transactional id when
+// newID. It reports whether the kill happened.
+func (p *phase) killWorkerAt(s *workerSlot, point string, newID bool, n int) bool {
+	// Up to a minute: a restarted worker may be given no partition until
+	// the dead members' sessions expire (45 s), and a JVM worker takes
+	// seconds to restart, so the others may have taken all the work
+	// meanwhile. holdAt gives up once every input is in the output.
+	if !p.holdAt(s, point, "5s", time.Minute) {
+		p.note("worker %s did not reach %q (no work left?): kill %d skipped", s.label, point, n)
+		return false
+	}
+	pid := s.cur.Pid()
+	s.cur.Kill9()
+	old := p.txnID(s)
+	if newID {
+		s.incarnation++
+	}
+	if err := p.startWorker(s); err != nil {
+		p.fail("restart worker %d: %v", s.idx, err)
+		return false
+	}
+	how := "the same transactional id " + old + " (fences the dead incarnation)"
+	if newID {
+		how = "a new transactional id " + p.txnID(s)
+		if point == "staged" {
+			how += " (the dead one's open transaction must time out)"
+		}
+	}
+	p.note("kill -9 worker %d (pid %d) at %q; restarted as %s with %s", s.idx, pid, point, s.label, how)
+	return true
 }
 
 // holdAt asks worker s to sleep for d at point and waits (up to wait) until
@@ -126,8 +133,10 @@ func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool 
 // upstream connections drop), restart it on the same ports after 2s; the
 // worker then commits through the restarted proxy, and its other workers
 // reconnect.
-func (p *phase) proxyKill() {
-	pp := p.proxy[0]
+func (p *phase) proxyKill() { p.proxyKillOf(p.proxy[0]) }
+
+// proxyKillOf is proxyKill of pp.
+func (p *phase) proxyKillOf(pp *proxyProc) {
 	var target *workerSlot
 	for _, s := range p.slots {
 		if s.proxy == pp {

@@ -39,7 +39,7 @@ func buildJavaWorker(ctx context.Context, logPath string) (java, classpath strin
 // binary re-executed (`chaos worker ...`), or a JVM running the Java worker
 // with the same flags.
 func (r *runner) workerCommand(cfg workerConfig) (path string, args, env []string) {
-	if r.o.WorkerLang == "java" {
+	if cfg.lang == "java" {
 		args = append(append([]string{}, sim.JavaWorkerOpts...), "-cp", r.javaClasspath, javaWorkerClass)
 		return r.javaBin, append(args, cfg.flags()...), os.Environ()
 	}

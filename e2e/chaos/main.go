@@ -44,6 +44,9 @@ func main() {
 }
 
 func mainRun(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "soak" {
+		return soakMain(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
@@ -142,6 +145,71 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if !AllPass(all) {
+		return 1
+	}
+	return 0
+}
+
+// soakMain is `chaos soak`: one long phase (soak.go).
+func soakMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("chaos soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o Options
+	var so SoakOptions
+	seeds := fs.String("seeds", "", "bootstrap list of the real cluster, host:port[,host:port] (required)")
+	fs.DurationVar(&so.Duration, "duration", 25*time.Minute, "how long inputs are produced and faults injected (hours: e.g. 6h)")
+	fs.DurationVar(&so.Sample, "sample", 30*time.Second, "how often each sidecar is sampled")
+	fs.DurationVar(&so.WarmUp, "warm-up", 0, "per sidecar incarnation, not judged for growth (0: a fifth of --duration, at least two samples)")
+	fs.IntVar(&so.Rate, "rate", 1000, "inputs per second at most")
+	fs.IntVar(&so.Backlog, "backlog", 20000, "inputs produced and not yet in the output, at most")
+	fs.IntVar(&so.GoWorkers, "go-workers", 2, "Go worker processes")
+	fs.IntVar(&so.JavaWorkers, "java-workers", 1, "Java worker processes (e2e/chaos/java; needs java, javac, mvn)")
+	fs.DurationVar(&so.FaultEvery, "fault-every", 3*time.Minute, "one fault per interval, in turn: worker-kill, proxy-restart, broker-restart")
+	fs.IntVar(&so.RecordsGoal, "records-goal", 1_000_000, "fewer inputs processed fail the soak (0: no goal)")
+	fs.DurationVar(&so.Drain, "drain", 4*time.Minute, "after the load: how long the workers may take to finish")
+	fs.StringVar(&so.Plot, "plot", "", "PNG of the samples (default: soak.png in the work directory)")
+	jsonPath := fs.String("json", "", "also write the result (every sample) to this file as JSON")
+	fs.IntVar(&o.Proxies, "proxies", 2, "sharetx sidecars (at least 2: sidecar 1 is never restarted, the last one is)")
+	fs.StringVar(&o.KafkaScript, "kafka-script", "", "path to e2e/kafka/kafka.sh, for broker-restart")
+	fs.IntVar(&o.RestartNode, "restart-node", 2, "the node broker-restart restarts")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
+	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
+	fs.DurationVar(&o.Lock, "lock", 15*time.Second, "share.record.lock.duration.ms of the share group")
+	fs.DurationVar(&o.TxnTimeout, "txn-timeout", 20*time.Second, "the workers' transaction timeout")
+	fs.Float64Var(&o.AbortRate, "abort-rate", 0.1, "fraction of transactions the workers abort on purpose")
+	fs.IntVar(&o.MaxPoll, "max-poll", 100, "records per poll (and transaction) at most")
+	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
+	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the sidecars' log level")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *seeds == "" {
+		fmt.Fprintln(stderr, "chaos soak: --seeds is required")
+		return 2
+	}
+	if so.GoWorkers < 0 || so.JavaWorkers < 0 || so.GoWorkers+so.JavaWorkers < 1 || o.Proxies < 2 {
+		fmt.Fprintln(stderr, "chaos soak: at least one worker and two sidecars")
+		return 2
+	}
+	o.Seeds = strings.Split(*seeds, ",")
+	o.Out = stdout
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	t0 := time.Now()
+	res, err := Soak(ctx, o, so)
+	if err != nil {
+		fmt.Fprintf(stderr, "chaos soak: %v\n", err)
+		return 1
+	}
+	WriteSoakSummary(stdout, res, so.RecordsGoal)
+	fmt.Fprintf(stdout, "total %.0fs\n", time.Since(t0).Seconds())
+	if *jsonPath != "" {
+		if err := WriteSoakJSON(*jsonPath, res); err != nil {
+			fmt.Fprintf(stderr, "chaos soak: --json: %v\n", err)
+			return 1
+		}
+	}
+	if !res.SoakPass {
 		return 1
 	}
 	return 0

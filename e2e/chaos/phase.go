@@ -166,18 +166,7 @@ func (p *phase) setup(ctx context.Context) error {
 	o := p.r.o
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	for _, t := range []string{p.in, p.out} {
-		if err := sim.CreateTopic(sctx, p.r.adm, t, 3, p.r.rf); err != nil {
-			return err
-		}
-	}
-	// earliest: the inputs are produced before the group exists; a high
-	// delivery limit: aborts and redeliveries must not archive inputs.
-	if err := sim.AlterConfigs(sctx, p.r.admin, kmsg.ConfigResourceTypeGroupConfig, p.group, map[string]string{
-		"share.auto.offset.reset":       "earliest",
-		"share.delivery.count.limit":    "10",
-		"share.record.lock.duration.ms": strconv.FormatInt(p.lock.Milliseconds(), 10),
-	}); err != nil {
+	if err := p.setupTopics(sctx); err != nil {
 		return err
 	}
 	seedOpts := []kgo.Opt{kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.ProducerLinger(0)}
@@ -197,6 +186,45 @@ func (p *phase) setup(ctx context.Context) error {
 		return err
 	}
 	p.say("%d inputs produced", p.n)
+	if err := p.startProxies(); err != nil {
+		return err
+	}
+	for i := 0; i < o.Workers; i++ {
+		s := &workerSlot{idx: i + 1, lang: o.WorkerLang, proxy: p.proxy[i%len(p.proxy)], txnTimeout: o.TxnTimeout, holds: make(chan string, 16)}
+		switch {
+		case p.fault == "worker-stall":
+			// A worker stopped after staging must be able to commit
+			// after the stall: its transaction outlives the stall.
+			s.txnTimeout = max(o.TxnTimeout, 3*p.stallFor())
+		case p.fault == "txn-timeout" && i == 0:
+			s.txnTimeout = 5 * time.Second
+		}
+		p.slots = append(p.slots, s)
+	}
+	return p.startWorkers()
+}
+
+// setupTopics creates the phase's input and output topics (3 partitions)
+// and configures its share group.
+func (p *phase) setupTopics(ctx context.Context) error {
+	for _, t := range []string{p.in, p.out} {
+		if err := sim.CreateTopic(ctx, p.r.adm, t, 3, p.r.rf); err != nil {
+			return err
+		}
+	}
+	// earliest: the inputs are produced before the group exists; a high
+	// delivery limit: aborts and redeliveries must not archive inputs.
+	return sim.AlterConfigs(ctx, p.r.admin, kmsg.ConfigResourceTypeGroupConfig, p.group, map[string]string{
+		"share.auto.offset.reset":       "earliest",
+		"share.delivery.count.limit":    "10",
+		"share.record.lock.duration.ms": strconv.FormatInt(p.lock.Milliseconds(), 10),
+	})
+}
+
+// startProxies starts watching the output and the phase's proxies.
+func (p *phase) startProxies() error {
+	o := p.r.o
+	var err error
 	if p.watch, err = orchestrator(o.Seeds).WatchOutput(p.out); err != nil {
 		return err
 	}
@@ -210,18 +238,11 @@ func (p *phase) setup(ctx context.Context) error {
 		p.proxy = append(p.proxy, pp)
 	}
 	p.say("%d proxies ready: %s", len(p.proxy), strings.Join(proxyAddrs(p.proxy), ", "))
-	for i := 0; i < o.Workers; i++ {
-		s := &workerSlot{idx: i + 1, proxy: p.proxy[i%len(p.proxy)], txnTimeout: o.TxnTimeout, holds: make(chan string, 16)}
-		switch {
-		case p.fault == "worker-stall":
-			// A worker stopped after staging must be able to commit
-			// after the stall: its transaction outlives the stall.
-			s.txnTimeout = max(o.TxnTimeout, 3*p.stallFor())
-		case p.fault == "txn-timeout" && i == 0:
-			s.txnTimeout = 5 * time.Second
-		}
-		p.slots = append(p.slots, s)
-	}
+	return nil
+}
+
+// startWorkers starts every slot's worker.
+func (p *phase) startWorkers() error {
 	// All at once: a JVM worker takes a second or two to be ready; started
 	// one after the other, the first would be through its share of the
 	// inputs before the last one polls, and the faults would find idle

@@ -80,7 +80,8 @@ type commitInfo struct {
 
 // workerSlot is worker i of a phase across its restarts.
 type workerSlot struct {
-	idx         int // 1-based
+	idx         int    // 1-based
+	lang        string // go or java
 	proxy       *proxyProc
 	incarnation int // suffix of the transactional id
 	txnTimeout  time.Duration
@@ -137,7 +138,7 @@ func (p *phase) startWorker(s *workerSlot) error {
 	label := fmt.Sprintf("w%d#%d", s.idx, s.starts-1)
 	cfg := workerConfig{name: fmt.Sprintf("%s-%s", p.fault, label), WorkerConfig: sim.WorkerConfig{Bootstrap: s.proxy.bootstrap,
 		Group: p.group, In: p.in, Out: p.out, TxnID: p.txnID(s), MaxPoll: p.maxPoll(), AbortRate: p.r.o.AbortRate,
-		Seed: int64(p.r.intn(1 << 30))}, txnTimeout: s.txnTimeout, logLevel: p.r.o.KgoLog}
+		Seed: int64(p.r.intn(1 << 30))}, txnTimeout: s.txnTimeout, logLevel: p.r.o.KgoLog, lang: s.lang}
 	ready := make(chan struct{})
 	var once sync.Once
 	s.mu.Lock()

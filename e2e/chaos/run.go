@@ -157,6 +157,36 @@ func (r *runner) float() float64 {
 // Run runs one phase per fault and returns their results. Verification of a
 // phase overlaps the next phase (its groups and topics are its own).
 func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
+	r, err := newRunner(ctx, o, o.WorkerLang == "java", "faults "+strings.Join(o.Faults, ","))
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	o = r.o
+	results := make([]PhaseResult, len(o.Faults))
+	var verifying sync.WaitGroup
+	for i, fault := range o.Faults {
+		if ctx.Err() != nil {
+			results[i] = PhaseResult{Fault: fault, Skipped: "interrupted"}
+			continue
+		}
+		ph := r.newPhase(fault)
+		finish := ph.run(ctx)
+		verifying.Add(1)
+		go func() {
+			defer verifying.Done()
+			results[i] = finish()
+		}()
+	}
+	verifying.Wait()
+	return results, nil
+}
+
+// newRunner prepares what a run's phases share: the work directory, the
+// sharetx binary, the Java worker (when java), the orchestrator's client of
+// the cluster and a block of free ports per proxy. what says what the run
+// does, for its first line.
+func newRunner(ctx context.Context, o Options, java bool, what string) (*runner, error) {
 	o.defaults()
 	if len(o.Seeds) == 0 {
 		return nil, errors.New("--seeds is required")
@@ -187,7 +217,7 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 			return nil, err
 		}
 	}
-	if o.WorkerLang == "java" {
+	if java {
 		logPath := filepath.Join(r.o.WorkDir, "java-apps.log")
 		r.say("building the Java worker (java/apps.sh, log %s)", logPath)
 		if r.javaBin, r.javaClasspath, err = buildJavaWorker(ctx, logPath); err != nil {
@@ -197,12 +227,12 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	if r.admin, err = direct(o.Seeds); err != nil {
 		return nil, err
 	}
-	defer r.admin.Close()
 	r.adm = kadm.NewClient(r.admin)
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	r.brokers, err = brokerIDs(mctx, r.adm)
 	cancel()
 	if err != nil {
+		r.admin.Close()
 		return nil, fmt.Errorf("cluster %s: %w", strings.Join(o.Seeds, ","), err)
 	}
 	r.rf = int16(min(3, len(r.brokers)))
@@ -214,29 +244,15 @@ func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
 	r.portBlock = int(maxID) + 2
 	r.portBase, err = sim.FreePortBlock(r.portBlock*o.Proxies, r.intn)
 	if err != nil {
+		r.admin.Close()
 		return nil, err
 	}
-	r.say("run %s (seed %d): %d brokers %v, RF %d; %d records, %d %s workers over %d proxies; faults %s; logs in %s",
-		r.runID, o.Seed, len(r.brokers), r.brokers, r.rf, o.Records, o.Workers, o.WorkerLang, o.Proxies, strings.Join(o.Faults, ","), r.o.WorkDir)
-
-	results := make([]PhaseResult, len(o.Faults))
-	var verifying sync.WaitGroup
-	for i, fault := range o.Faults {
-		if ctx.Err() != nil {
-			results[i] = PhaseResult{Fault: fault, Skipped: "interrupted"}
-			continue
-		}
-		ph := r.newPhase(fault)
-		finish := ph.run(ctx)
-		verifying.Add(1)
-		go func() {
-			defer verifying.Done()
-			results[i] = finish()
-		}()
-	}
-	verifying.Wait()
-	return results, nil
+	r.say("run %s (seed %d): %d brokers %v, RF %d; %d records, %d %s workers over %d proxies; %s; logs in %s",
+		r.runID, o.Seed, len(r.brokers), r.brokers, r.rf, o.Records, o.Workers, o.WorkerLang, o.Proxies, what, r.o.WorkDir)
+	return r, nil
 }
+
+func (r *runner) close() { r.admin.Close() }
 
 // phaseDir is where a phase keeps its logs.
 func (r *runner) phaseDir(fault string) string {

@@ -43,6 +43,7 @@ type workerConfig struct {
 	name       string
 	txnTimeout time.Duration
 	logLevel   string
+	lang       string // go or java: which program runs it (not a flag)
 }
 
 // args: the worker subcommand and its flags.

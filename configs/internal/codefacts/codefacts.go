@@ -128,9 +128,9 @@ func Metrics(root string) (map[string]Metric, error) {
 
 func metricType(constructor string) string {
 	switch strings.TrimSuffix(strings.TrimPrefix(constructor, "New"), "Vec") {
-	case "Counter":
+	case "Counter", "CounterFunc":
 		return "counter"
-	case "Gauge":
+	case "Gauge", "GaugeFunc":
 		return "gauge"
 	case "Histogram":
 		return "histogram"
