@@ -21,7 +21,7 @@ func (l *Ledger) SetMember(ident, group, member string, epoch int32) {
 		delete(l.members, memberKey{group, member})
 		return
 	}
-	l.members[memberKey{group, member}] = memberInfo{epoch: epoch, ident: ident}
+	l.members[memberKey{group, member}] = memberInfo{epoch: epoch, ident: ident, seen: time.Now()}
 	l.noteReaderLocked(group, ident)
 }
 
@@ -62,13 +62,14 @@ func (l *Ledger) LearnTxn(ident, txnID string, pid int64, epoch int16) {
 		if t.epoch < epoch {
 			t.epoch = epoch
 		}
+		t.seen = time.Now()
 		l.txns[txnID] = t
 		return
 	}
 	if ok {
 		return // a new producer id is learned from InitProducerId/EndTxn only
 	}
-	t = txnInfo{producerID: pid, epoch: epoch}
+	t = txnInfo{producerID: pid, epoch: epoch, seen: time.Now()}
 	t.own(ident)
 	l.txns[txnID] = t
 }
@@ -81,7 +82,7 @@ func (l *Ledger) SetTxn(ident, txnID string, pid int64, epoch int16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.txns[txnID]
-	t.producerID, t.epoch = pid, epoch
+	t.producerID, t.epoch, t.seen = pid, epoch, time.Now()
 	t.own(ident)
 	l.txns[txnID] = t
 }
@@ -165,12 +166,27 @@ func (l *Ledger) HeldFor(node int32, group, member string) int {
 	return n
 }
 
+// memberIdle: a member no heartbeat answer named for this long is gone (a
+// live one heartbeats every few seconds; the broker fences one after its
+// session timeout, 45 s by default) and is forgotten. A killed client never
+// sends the leave (epoch -1) that would forget it otherwise.
+const memberIdle = 10 * time.Minute
+
+// txnIdle: a transactional id with no InitProducerId, EndTxn or write seen
+// for this long is forgotten; no transaction stays open that long
+// (transaction.max.timeout.ms is 15 minutes by default). Its next write or
+// EndTxn teaches it again.
+const txnIdle = time.Hour
+
 // Prune forgets acquired offsets whose lock expired long ago (they were
-// redelivered or acked without the proxy seeing it) and applied ones the
-// client never acked.
+// redelivered or acked without the proxy seeing it), applied ones the client
+// never acked, members and transactional ids gone idle, and the groups'
+// principals and topics once nothing of the group is left: nothing the
+// ledger holds outlives its owner.
 func (l *Ledger) Prune(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	live := map[string]bool{} // groups with a member or a share partition left
 	for k, ps := range l.parts {
 		for o, st := range ps.offsets {
 			if (st.state == stAcquired || st.state == stApplied) && now.After(st.deadline.Add(time.Minute)) {
@@ -181,6 +197,30 @@ func (l *Ledger) Prune(now time.Time) {
 		ps.pruneOwed(now)
 		if len(ps.offsets) == 0 && len(ps.acq) == 0 && len(ps.owed) == 0 {
 			delete(l.parts, k)
+			continue
+		}
+		live[k.group] = true
+	}
+	for k, m := range l.members {
+		if now.Sub(m.seen) > memberIdle {
+			delete(l.members, k)
+			continue
+		}
+		live[k.group] = true
+	}
+	for id, t := range l.txns {
+		if now.Sub(t.seen) > txnIdle {
+			delete(l.txns, id)
+		}
+	}
+	for g := range l.readers {
+		if !live[g] {
+			delete(l.readers, g)
+		}
+	}
+	for g := range l.topics {
+		if !live[g] {
+			delete(l.topics, g)
 		}
 	}
 }

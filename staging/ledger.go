@@ -115,6 +115,7 @@ type memberKey struct{ group, member string }
 type memberInfo struct {
 	epoch int32
 	ident string
+	seen  time.Time // the last heartbeat answer that named it (Prune forgets it after memberIdle)
 }
 
 // offState is one acquired offset.
@@ -326,7 +327,8 @@ type offRef struct {
 type txnInfo struct {
 	producerID int64
 	epoch      int16
-	owners     []string // principals the broker accepted the id's InitProducerId or writes from
+	owners     []string  // principals the broker accepted the id's InitProducerId or writes from
+	seen       time.Time // the last InitProducerId, EndTxn or write of it (Prune forgets it after txnIdle)
 }
 
 // own records that the broker accepted a write of the transaction from

@@ -362,3 +362,44 @@ func ackAccepted(e *Ledger, group, member string, topic [16]byte, partition int3
 	}
 	return out, held
 }
+
+// TestPruneForgetsIdleOwners: a member no heartbeat named for memberIdle
+// (a killed client never leaves) and a transactional id idle for txnIdle are
+// forgotten, and a group's principals and topics go with its last member and
+// share partition; a live member, a recent transaction and a group with
+// acquisitions stay.
+func TestPruneForgetsIdleOwners(t *testing.T) {
+	e := testEngine()
+	topic := [16]byte{9}
+	e.SetMember("User:a", "gone", "dead", 1)
+	e.SetMember("User:a", "kept", "live", 1)
+	e.SetTxn("User:a", "old", 1, 0)
+	e.SetTxn("User:a", "new", 2, 0)
+	e.Acquired("User:a", 0, "busy", "m", topic, 0, acq(0, 9), 10*time.Hour)
+	now := time.Now()
+	e.mu.Lock()
+	m := e.members[memberKey{"gone", "dead"}]
+	m.seen = now.Add(-memberIdle - time.Second)
+	e.members[memberKey{"gone", "dead"}] = m
+	tx := e.txns["old"]
+	tx.seen = now.Add(-txnIdle - time.Second)
+	e.txns["old"] = tx
+	e.mu.Unlock()
+
+	e.Prune(now)
+	s := e.Sizes()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.members[memberKey{"gone", "dead"}]; ok || s.Members != 1 {
+		t.Errorf("idle member kept (members %d)", s.Members)
+	}
+	if _, ok := e.txns["old"]; ok || s.Transactions != 1 {
+		t.Errorf("idle transactional id kept (transactions %d)", s.Transactions)
+	}
+	if e.readers["gone"] != nil {
+		t.Error("the principals of a group with nothing left are kept")
+	}
+	if e.readers["kept"] == nil || e.readers["busy"] == nil || e.topics["busy"] == nil {
+		t.Errorf("a live group was forgotten: readers %v topics %v", e.readers, e.topics)
+	}
+}
