@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: soak run build test e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench bench-quick bench-pin test-java test-java-embedded test-java-compat
+.PHONY: soak run build test test-race e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench bench-quick bench-pin test-java test-java-embedded test-java-compat
 
 run:
 	go run ./cmd/sharetx
@@ -22,37 +22,58 @@ vet:
 	go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # Every test: unit tests, fuzz seeds, and the end-to-end suite against kfake
-# AND a real Apache Kafka cluster (started here from Maven Central jars):
-# - the whole Go suite on one node, then the Java library's tests (JUnit)
-#   through a proxy in front of that node and through the zero-config start
-#   (embedded cluster);
-# - the e2e suite's real-broker halves again on three nodes (leaders spread,
-#   Java clients following metadata; the kfake halves do not depend on the
-#   cluster and ran already) with the short chaos runs (e2e/chaos: worker and
-#   proxy kill -9 under load, counted exactly-once, Go and Java workers);
-# - a short fuzz of every decoder;
-# - the Java library with kafka-clients 4.2.2 against Kafka 4.2.2.
+# AND a real Apache Kafka cluster (started here from Maven Central jars).
+# Each test runs where it proves something, once:
+# - the race detector over every package, every end-to-end test's kfake half
+#   (E2E_HALVES=kfake), at the same time as
+# - the end-to-end tests' real-broker halves that one broker proves (the
+#   protocol, the KIP's semantics, authorisation: E2E_PASS=one-node) on a
+#   one-node cluster;
+# - the Java library's tests (JUnit) through a proxy in front of that node and
+#   through the zero-config start (embedded cluster);
+# - on three nodes, only what needs three brokers (failover, leaders on
+#   several nodes, Java clients following such metadata: E2E_PASS=three-node),
+#   the short chaos runs (e2e/chaos: workers and proxies killed with kill -9
+#   under load, Go and Java workers, counted exactly-once) and the two-minute
+#   soak; at the same time, the Java library with kafka-clients 4.2.2 against
+#   Kafka 4.2.2 (a one-node cluster of its own);
+# - a short fuzz of every decoder.
 # The three-node cluster is left running; `make kafka-down` stops it.
-# Each part is timed (.ci/step); the table of what each took ends the run.
+# Each part is timed (.ci/step); the table of what each took, and the wall
+# clock, end the run (parts side by side overlap).
 STEP := .ci/step
+GO_PKGS = $$(go list ./... | tr "\n" " ")
 test:
 	@$(STEP) --reset
 	@$(STEP) "vet, gofmt, staticcheck" $(MAKE) --no-print-directory vet
-	@$(STEP) "Go suite: kfake + Kafka x1" $(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 PKGS="$$(go list ./... | grep -v /e2e/chaos | tr "\n" " ")"
+	@$(STEP) "Kafka x1 up (jars resolved once, before the passes that share them)" $(MAKE) --no-print-directory kafka-up KAFKA_NODES=1
+	@$(STEP) --together \
+	  "Go, race detector: every package, kfake halves" "$(MAKE) --no-print-directory test-race" \
+	  "Go, Kafka x1: real-broker halves" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 E2E_PASS=one-node PKGS='./e2e ./e2e/bench'"
 	@$(STEP) "Java library through a proxy (Kafka x1)" $(MAKE) --no-print-directory test-java
 	@$(STEP) "Java library, zero-config start" $(MAKE) --no-print-directory test-java-embedded
-	@$(STEP) "e2e real halves + chaos: Kafka x3" $(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 PKGS="./e2e ./e2e/chaos" E2E_SKIP='/^kfake$$'
+	@$(STEP) --together \
+	  "Go, Kafka x3: three-broker tests, chaos, soak" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e ./e2e/chaos'" \
+	  "Java library, kafka-clients 4.2.2 / Kafka 4.2.2" "$(MAKE) --no-print-directory test-java-compat"
 	@$(STEP) "fuzz every decoder (5 s each)" $(MAKE) --no-print-directory fuzz FUZZTIME=5s
-	@$(STEP) "Java library, kafka-clients 4.2.2 / Kafka 4.2.2" $(MAKE) --no-print-directory test-java-compat
 	@$(STEP) --table
 
+# The race detector over every package and the end-to-end tests' kfake
+# halves (no real broker: their real-broker halves skip, E2E_HALVES=kfake).
+# E2E_REQUIRE_KAFKA makes a test that needs Java fail rather than skip.
+test-race:
+	@echo "== go test -race, kfake halves: every package"
+	@E2E_HALVES=kfake E2E_REQUIRE_KAFKA=1 go test -race $(GO_TEST_FLAGS) $(GO_PKGS)
+
 PKGS ?= ./...
-# E2E_SKIP: a go test -skip pattern (e.g. '/^kfake$$' skips every test's kfake half).
-E2E_SKIP ?=
+# E2E_PASS: one-node or three-node, the e2e tests' real halves that need that
+# many brokers (e2e.SkipForPass); e2e-on runs the real-broker halves only
+# (E2E_HALVES=kafka: the kfake halves ran under the race detector).
+E2E_PASS ?=
 e2e-on:
 	@seeds=$$($(KAFKA) up | tail -n 1) && sasl_seeds=$$($(KAFKA) sasl-bootstrap) && \
-	echo "== real Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s): $$seeds (SASL $$sasl_seeds); go test $(PKGS)" && \
-	E2E_KAFKA_SEEDS=$$seeds E2E_KAFKA_SASL_SEEDS=$$sasl_seeds E2E_REQUIRE_KAFKA=1 go test $(GO_TEST_FLAGS) -skip "$(E2E_SKIP)" $(PKGS)
+	echo "== real Kafka $(KAFKA_VERSION), $(KAFKA_NODES) node(s): $$seeds (SASL $$sasl_seeds); go test $(PKGS) (real-broker halves, E2E_PASS=$(E2E_PASS))" && \
+	E2E_KAFKA_SEEDS=$$seeds E2E_KAFKA_SASL_SEEDS=$$sasl_seeds E2E_REQUIRE_KAFKA=1 E2E_HALVES=kafka E2E_PASS=$(E2E_PASS) go test $(GO_TEST_FLAGS) $(PKGS)
 
 # The same suite without a real broker (kfake only; the real-broker halves skip).
 test-kfake:
@@ -110,7 +131,7 @@ JAVA_COMPAT_KAFKA := KAFKA_VERSION=$(JAVA_COMPAT_VERSION) KAFKA_NODES=1 KAFKA_E2
 test-java-compat:
 	@seeds=$$($(JAVA_COMPAT_KAFKA) up | tail -n 1) && sasl_seeds=$$($(JAVA_COMPAT_KAFKA) sasl-bootstrap) || exit 1; \
 	echo "== Java library, kafka-clients $(JAVA_COMPAT_VERSION) through the proxy to Kafka $(JAVA_COMPAT_VERSION) at $$seeds (SASL $$sasl_seeds)"; \
-	rc=0; SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
+	rc=0; SHARETX_JAVA_COPY=1 SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
 	$(JAVA_COMPAT_KAFKA) down; exit $$rc
 
 # Chaos test of transactional share-group acknowledgements (e2e/chaos): starts

@@ -72,6 +72,7 @@ func secBackends(t *testing.T, fn func(t *testing.T, s *secCluster)) {
 		fn(t, newSecCluster(t, b, b.Seeds))
 	})
 	t.Run("kafka", func(t *testing.T) {
+		SkipForPass(t, 1) // authorisation, not replication
 		b := RealBackend(t)
 		seeds := os.Getenv("E2E_KAFKA_SASL_SEEDS")
 		if seeds == "" {

@@ -39,19 +39,47 @@ type Backend struct {
 }
 
 // Backends runs fn once against kfake (with nodes brokers) and once against
-// the real broker named by E2E_KAFKA_SEEDS.
+// the real broker named by E2E_KAFKA_SEEDS. nodes is what the test needs:
+// make test's passes (E2E_PASS) run its real half where that is.
 func Backends(t *testing.T, nodes int, fn func(t *testing.T, b *Backend), fakeOpts ...kfake.Opt) {
 	t.Run("kfake", func(t *testing.T) {
 		fn(t, FakeBackend(t, nodes, fakeOpts...))
 	})
 	t.Run("kafka", func(t *testing.T) {
+		SkipForPass(t, nodes)
 		fn(t, RealBackend(t))
 	})
 }
 
-// FakeBackend starts an in-process kfake cluster for the test.
+// SkipForPass skips a real-broker test on the make test pass where it
+// proves nothing more. make test runs the real-broker halves on a one-node
+// cluster (E2E_PASS=one-node) and again on three (E2E_PASS=three-node): a
+// test that needs three brokers (nodes >= 3: leaders on several nodes, a
+// node failing) runs only on three, every other test (the protocol, the
+// KIP's semantics, authorisation: what a single broker already proves) only
+// on one. Without E2E_PASS every test runs on whatever cluster there is.
+func SkipForPass(t testing.TB, nodes int) {
+	t.Helper()
+	switch os.Getenv("E2E_PASS") {
+	case "one-node":
+		if nodes >= 3 {
+			t.Skip("needs three brokers: runs on make test's three-node pass (E2E_PASS=three-node)")
+		}
+	case "three-node":
+		if nodes < 3 {
+			t.Skip("needs one broker: proved on make test's one-node pass (E2E_PASS=one-node)")
+		}
+	}
+}
+
+// FakeBackend starts an in-process kfake cluster for the test (it skips
+// under E2E_HALVES=kafka: make test runs the kfake halves in a pass of their
+// own, under the race detector).
 func FakeBackend(t testing.TB, nodes int, opts ...kfake.Opt) *Backend {
 	t.Helper()
+	if os.Getenv("E2E_HALVES") == "kafka" {
+		t.Skip("E2E_HALVES=kafka: the kfake halves run in make test's race pass")
+	}
 	all := append([]kfake.Opt{kfake.NumBrokers(nodes), kfake.DefaultNumPartitions(3)}, opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {

@@ -157,7 +157,9 @@ func (r *runner) float() float64 {
 // Run runs one phase per fault and returns their results. Verification of a
 // phase overlaps the next phase (its groups and topics are its own).
 func Run(ctx context.Context, o Options) ([]PhaseResult, error) {
-	r, err := newRunner(ctx, o, o.WorkerLang == "java", "faults "+strings.Join(o.Faults, ","))
+	o.defaults()
+	r, err := newRunner(ctx, o, o.WorkerLang == "java", fmt.Sprintf("%d records, %d %s workers over %d proxies; faults %s",
+		o.Records, o.Workers, o.WorkerLang, o.Proxies, strings.Join(o.Faults, ",")))
 	if err != nil {
 		return nil, err
 	}
@@ -247,8 +249,7 @@ func newRunner(ctx context.Context, o Options, java bool, what string) (*runner,
 		r.admin.Close()
 		return nil, err
 	}
-	r.say("run %s (seed %d): %d brokers %v, RF %d; %d records, %d %s workers over %d proxies; %s; logs in %s",
-		r.runID, o.Seed, len(r.brokers), r.brokers, r.rf, o.Records, o.Workers, o.WorkerLang, o.Proxies, what, r.o.WorkDir)
+	r.say("run %s (seed %d): %d brokers %v, RF %d; %s; logs in %s", r.runID, o.Seed, len(r.brokers), r.brokers, r.rf, what, r.o.WorkDir)
 	return r, nil
 }
 

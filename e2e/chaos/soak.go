@@ -106,8 +106,8 @@ func Soak(ctx context.Context, o Options, so SoakOptions) (SoakResult, error) {
 	if o.Proxies < 2 {
 		o.Proxies = 2
 	}
-	r, err := newRunner(ctx, o, so.JavaWorkers > 0, fmt.Sprintf("soak for %s (%d Go and %d Java workers, up to %d inputs/s, a fault every %s)",
-		so.Duration, so.GoWorkers, so.JavaWorkers, so.Rate, so.FaultEvery))
+	r, err := newRunner(ctx, o, so.JavaWorkers > 0, fmt.Sprintf("soak for %s: %d Go and %d Java workers over %d sidecars, up to %d inputs/s, a fault every %s",
+		so.Duration, so.GoWorkers, so.JavaWorkers, o.Proxies, so.Rate, so.FaultEvery))
 	if err != nil {
 		return SoakResult{}, err
 	}
@@ -116,6 +116,9 @@ func Soak(ctx context.Context, o Options, so SoakOptions) (SoakResult, error) {
 	p.n = 1 << 30 // unknown until the load ends: the faults never find the work done
 	p.t0 = time.Now()
 	p.res.WorkDir = p.dir
+	if so.JavaWorkers > 0 {
+		p.res.WorkerLang = "go+java"
+	}
 	if so.Plot == "" {
 		so.Plot = filepath.Join(r.o.WorkDir, "soak.png")
 	}

@@ -98,8 +98,11 @@ func writeSoakPlot(path string, samples []soakSample, warmUp time.Duration) erro
 					l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 				}
 				pl.Add(l)
-				if in.start <= 2 { // one legend entry per figure and sidecar
+				switch in.start { // one legend entry per figure and sidecar, and one for its restarts
+				case 1:
 					pl.Legend.Add(fmt.Sprintf("%s sidecar %d", key, in.proxy), l)
+				case 2:
+					pl.Legend.Add(fmt.Sprintf("%s sidecar %d restarted", key, in.proxy), l)
 				}
 			}
 		}

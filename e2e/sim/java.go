@@ -138,6 +138,9 @@ func RealSeeds(t interface {
 	Skip(args ...any)
 }, short bool) []string {
 	t.Helper()
+	if os.Getenv("E2E_HALVES") == "kfake" {
+		t.Skip("E2E_HALVES=kfake: the real-broker halves run in make test's Kafka passes")
+	}
 	seeds := os.Getenv("E2E_KAFKA_SEEDS")
 	if seeds == "" {
 		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
