@@ -131,7 +131,7 @@ JAVA_COMPAT_KAFKA := KAFKA_VERSION=$(JAVA_COMPAT_VERSION) KAFKA_NODES=1 KAFKA_E2
 test-java-compat:
 	@seeds=$$($(JAVA_COMPAT_KAFKA) up | tail -n 1) && sasl_seeds=$$($(JAVA_COMPAT_KAFKA) sasl-bootstrap) || exit 1; \
 	echo "== Java library, kafka-clients $(JAVA_COMPAT_VERSION) through the proxy to Kafka $(JAVA_COMPAT_VERSION) at $$seeds (SASL $$sasl_seeds)"; \
-	rc=0; SHARETX_JAVA_COPY=1 SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
+	rc=0; JAVA_TEST_COPY=1 SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
 	$(JAVA_COMPAT_KAFKA) down; exit $$rc
 
 # Chaos test of transactional share-group acknowledgements (e2e/chaos): starts

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -175,8 +176,10 @@ func watchDirectConnections(ctx context.Context, seeds []string) <-chan []string
 					continue
 				}
 				b, _ := os.ReadFile("/proc/" + m[1] + "/cmdline")
-				if !strings.Contains(string(b), "java") {
-					continue // not a Java client (e.g. another test binary on this machine)
+				if argv0, _, _ := strings.Cut(string(b), "\x00"); filepath.Base(argv0) != "java" {
+					// Not a JVM: another test's process on this machine (the
+					// chaos runs' sidecars, whose paths may well say "java").
+					continue
 				}
 				mu.Lock()
 				seen[fmt.Sprintf("pid %s (%s) -> %s", m[1], strings.ReplaceAll(string(b), "\x00", " ")[:min(80, len(b))], peer)] = true

@@ -42,6 +42,7 @@ type refBatch struct {
 // refPartition is one partition's acknowledgements for the transaction.
 type refPartition struct {
 	topic     [16]byte
+	name      string // the topic's name, to find the partition's leader
 	partition int32
 	batches   []refBatch
 }
@@ -252,11 +253,39 @@ func (rc *refClient) stage(t *testing.T, ctx context.Context, m refMember, recs 
 		t.Fatalf("producer id: %v", err)
 	}
 	for _, p := range refPartitions(rc.topicIDs, recs, ty) {
-		if res := refSend(t, rc.p.Addr, refRequest(rc.txnID, pid, epoch, m, p)); res.code != 0 {
+		if res := refSend(t, rc.leaderAddr(t, ctx, p), refRequest(rc.txnID, pid, epoch, m, p)); res.code != 0 {
 			return res
 		}
 	}
 	return refResult{}
+}
+
+// leaderAddr is where the reference client sends p's request: the address
+// the (proxied) metadata gives for the partition's leader, not a
+// coordinator's.
+func (rc *refClient) leaderAddr(t *testing.T, ctx context.Context, p refPartition) string {
+	t.Helper()
+	return refLeaderAddr(t, ctx, rc.admin, p)
+}
+
+func refLeaderAddr(t *testing.T, ctx context.Context, admin *kgo.Client, p refPartition) string {
+	t.Helper()
+	for {
+		md, err := kadm.NewClient(admin).Metadata(ctx, p.name)
+		if err == nil {
+			if tp, ok := md.Topics[p.name].Partitions[p.partition]; ok && tp.Leader >= 0 {
+				for _, b := range md.Brokers {
+					if b.NodeID == tp.Leader {
+						return net.JoinHostPort(b.Host, fmt.Sprint(b.Port))
+					}
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no leader of %s[%d] in the metadata: %v", p.name, p.partition, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // beginAndStage begins a transaction and stages recs (type ty) in it,
@@ -319,7 +348,7 @@ func refPartitions(ids map[string][16]byte, recs []*kgo.Record, ty int8) []refPa
 	}
 	var out []refPartition
 	for _, k := range order {
-		p := refPartition{topic: ids[k.topic], partition: k.partition}
+		p := refPartition{topic: ids[k.topic], name: k.topic, partition: k.partition}
 		offs := by[k]
 		for i := 0; i < len(offs); {
 			j := i
@@ -917,7 +946,7 @@ func TestReferenceClientTransactionalInputGaps(t *testing.T) {
 			offs = append(offs, o)
 		}
 		slices.Sort(offs)
-		p := refPartition{topic: topicID, partition: 0}
+		p := refPartition{topic: topicID, name: s.in, partition: 0}
 		gaps := 0
 		for _, o := range offs {
 			ty := int8(1)
@@ -941,7 +970,7 @@ func TestReferenceClientTransactionalInputGaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		txnID, _ := producer.OptValue(kgo.TransactionalID).(string)
-		if res := refSend(t, s.p.Addr, refRequest(txnID, pid, epoch, m, p)); res.code != 0 {
+		if res := refSend(t, refLeaderAddr(t, ctx, s.admin, p), refRequest(txnID, pid, epoch, m, p)); res.code != 0 {
 			t.Fatalf("TxnShareAcknowledge with gaps: %v (%s)", res.err(), res.message)
 		}
 		if got := s.p.KIP().Stats().Pending; got != len(offs) {
@@ -993,7 +1022,8 @@ func TestReferenceClientPendingLimitIsAbortable(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := rc.metadata(t, ctx)
-		res := refSend(t, s.p.Addr, refRequest(other, pid, epoch, m, refPartitions(rc.topicIDs, recs[1:], 1)[0]))
+		part := refPartitions(rc.topicIDs, recs[1:], 1)[0]
+		res := refSend(t, rc.leaderAddr(t, ctx, part), refRequest(other, pid, epoch, m, part))
 		if res.code != kerr.TransactionAbortable.Code {
 			t.Fatalf("over kip1289.max_pending_records: %v (%s), want TRANSACTION_ABORTABLE", res.err(), res.message)
 		}
@@ -1016,7 +1046,7 @@ func TestReferenceClientPendingLimitIsAbortable(t *testing.T) {
 		if pid, epoch, err = pb.ProducerID(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if res := refSend(t, s.p.Addr, refRequest(other, pid, epoch, rc.metadata(t, ctx), refPartitions(rc.topicIDs, recs[1:], 1)[0])); res.code != 0 {
+		if res := refSend(t, rc.leaderAddr(t, ctx, part), refRequest(other, pid, epoch, rc.metadata(t, ctx), part)); res.code != 0 {
 			t.Fatalf("the retry under the limit: %v (%s)", res.err(), res.message)
 		}
 		if err := pb.EndTransaction(ctx, kgo.TryCommit); err != nil {

@@ -75,11 +75,11 @@ start_proxy stall "$SEEDS"
 
 offline=
 [ "${MVN_OFFLINE:-0}" = 1 ] && offline=-o
-# SHARETX_JAVA_COPY=1: build and test a copy of java/ (pom and sources) in the work directory, so
+# JAVA_TEST_COPY=1: build and test a copy of java/ (pom and sources) in the work directory, so
 # that a build with another kafka-clients version never shares java/target with one running at the
 # same time (make test runs the 4.2.2 compatibility tests beside the three-node pass).
 jdir=$ROOT/java
-if [ "${SHARETX_JAVA_COPY:-0}" = 1 ]; then
+if [ "${JAVA_TEST_COPY:-0}" = 1 ]; then
   jdir=$WORK/java
   mkdir -p "$jdir"
   cp -r "$ROOT/java/pom.xml" "$ROOT/java/src" "$jdir/"
