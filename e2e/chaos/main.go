@@ -55,19 +55,10 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Workers, "workers", 3, "worker processes per phase")
 	fs.IntVar(&o.Proxies, "proxies", 2, "sharetx proxy processes per phase (workers are spread over them)")
 	faults := fs.String("faults", "all", "comma list of phases: "+strings.Join(allFaults, ",")+" (all: every one)")
-	fs.StringVar(&o.KafkaScript, "kafka-script", "", "path to e2e/kafka/kafka.sh, for broker-restart (KAFKA_E2E_DIR and KAFKA_BASE_PORT pass through)")
-	fs.IntVar(&o.RestartNode, "restart-node", 2, "the node broker-restart restarts")
 	fs.DurationVar(&o.Timeout, "timeout", 4*time.Minute, "per phase: how long the workers may take to get every input into the output")
 	jsonPath := fs.String("json", "", "also write the results to this file as JSON")
-	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
-	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
-	fs.DurationVar(&o.Lock, "lock", 15*time.Second, "share.record.lock.duration.ms of each phase's share group (broker minimum: 15s by default)")
-	fs.DurationVar(&o.TxnTimeout, "txn-timeout", 20*time.Second, "the workers' transaction timeout")
-	fs.Float64Var(&o.AbortRate, "abort-rate", 0.15, "fraction of transactions the workers abort on purpose")
-	fs.IntVar(&o.MaxPoll, "max-poll", 50, "records per poll (and transaction) at most")
-	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
+	runFlags(fs, &o, 0.15, 50)
 	fs.StringVar(&o.KgoLog, "kgo-log", "warn", "the workers' kgo log level (in their logs)")
-	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the proxies' log level (in their logs): debug, info, warn, error")
 	repeat := fs.Int("repeat", 1, "run the whole matrix this many times (seeds --seed, --seed+1, ...); a summary says how often each phase passed")
 	fs.StringVar(&o.WorkerLang, "worker-lang", "go", "the workers: go (this binary) or java (e2e/chaos/java, built with java/apps.sh; needs java, javac, mvn)")
 	if err := fs.Parse(args); err != nil {
@@ -170,16 +161,7 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&so.Plot, "plot", "", "PNG of the samples (default: soak.png in the work directory)")
 	jsonPath := fs.String("json", "", "also write the result (every sample) to this file as JSON")
 	fs.IntVar(&o.Proxies, "proxies", 2, "sharetx sidecars (at least 2: sidecar 1 is never restarted, the last one is)")
-	fs.StringVar(&o.KafkaScript, "kafka-script", "", "path to e2e/kafka/kafka.sh, for broker-restart")
-	fs.IntVar(&o.RestartNode, "restart-node", 2, "the node broker-restart restarts")
-	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
-	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
-	fs.DurationVar(&o.Lock, "lock", 15*time.Second, "share.record.lock.duration.ms of the share group")
-	fs.DurationVar(&o.TxnTimeout, "txn-timeout", 20*time.Second, "the workers' transaction timeout")
-	fs.Float64Var(&o.AbortRate, "abort-rate", 0.1, "fraction of transactions the workers abort on purpose")
-	fs.IntVar(&o.MaxPoll, "max-poll", 100, "records per poll (and transaction) at most")
-	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
-	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the sidecars' log level")
+	runFlags(fs, &o, 0.1, 100)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -213,4 +195,19 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// runFlags registers the flags the fault matrix and the soak share, with
+// their own defaults for the abort rate and the records per poll.
+func runFlags(fs *flag.FlagSet, o *Options, abortRate float64, maxPoll int) {
+	fs.StringVar(&o.KafkaScript, "kafka-script", "", "path to e2e/kafka/kafka.sh, for broker-restart (KAFKA_E2E_DIR and KAFKA_BASE_PORT pass through)")
+	fs.IntVar(&o.RestartNode, "restart-node", 2, "the node broker-restart restarts")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
+	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
+	fs.DurationVar(&o.Lock, "lock", 15*time.Second, "share.record.lock.duration.ms of each share group (broker minimum: 15s by default)")
+	fs.DurationVar(&o.TxnTimeout, "txn-timeout", 20*time.Second, "the workers' transaction timeout")
+	fs.Float64Var(&o.AbortRate, "abort-rate", abortRate, "fraction of transactions the workers abort on purpose")
+	fs.IntVar(&o.MaxPoll, "max-poll", maxPoll, "records per poll (and transaction) at most")
+	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: from the clock)")
+	fs.StringVar(&o.ProxyLog, "proxy-log", "info", "the sidecars' log level (in their logs): debug, info, warn, error")
 }
