@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,22 @@ func TestHistQuantile(t *testing.T) {
 	}
 	if q := histQuantile(cur, nil, name, 0.99); !math.IsNaN(q) {
 		t.Errorf("no previous scrape: %v, want NaN", q)
+	}
+}
+
+// TestSoakPlot: the plot of a few samples is a PNG.
+func TestSoakPlot(t *testing.T) {
+	ss := series(1, 1, 0, 6, "rss_mib", func(i int) float64 { return float64(20 + i) })
+	ss = append(ss, series(2, 2, 3, 3, "rss_mib", func(i int) float64 { return float64(10 + i) })...)
+	path := t.TempDir() + "/soak.png"
+	if err := writeSoakPlot(path, ss, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 8 || string(b[1:4]) != "PNG" {
+		t.Fatalf("plot %s: %d bytes, err %v", path, len(b), err)
+	}
+	if err := writeSoakPlot(path, nil, time.Minute); err == nil {
+		t.Error("a plot of no samples must be refused")
 	}
 }

@@ -125,15 +125,13 @@ func writeSoakPlot(path string, samples []soakSample, warmUp time.Duration) erro
 			}
 		}
 	}
-	f, err := createFile(path)
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
 		return err
 	}
 	return f.Close()
 }
-
-func createFile(path string) (*os.File, error) { return os.Create(path) }
