@@ -59,6 +59,7 @@ func (st *shareState) sessionKey() upstream.SessionKey {
 // request is written, so epochs reach the broker in the order assigned.
 func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) Action {
 	step := e.sessions.Get(st.sessionKey()).Begin(r.Conn, st.ident, *epoch, r.Version)
+	e.mSessionWait.Observe(step.Waited.Seconds())
 	act := Action{State: st, After: step.Unlock}
 	if step.Foreign {
 		st.foreign = true

@@ -56,6 +56,7 @@ type KIP1289 struct {
 
 	mCalls       *prometheus.CounterVec
 	mEpochErrors prometheus.Counter
+	mSessionWait prometheus.Histogram
 }
 
 // NewKIP1289 builds the feature from its configuration: side is the proxy's
@@ -95,9 +96,12 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "TxnShareAcknowledge calls, by result (ok or the Kafka error name)."}, []string{"result"}),
 		mEpochErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_share_session_epoch_errors_total",
 			Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."}),
+		mSessionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "share_session_wait_seconds",
+			Help:    "How long each client ShareFetch/ShareAcknowledge waited for its share session while a request of the proxy's own (committed acks, releases, RENEWs) held it; 0 when it was free. The connection's read loop waits with it.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e

@@ -100,7 +100,11 @@ func (c *conn) readClient() {
 			if !recycle && !c.decodable(h, hdr, frame) {
 				return
 			}
+			t := time.Now()
 			act = h.Hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			if h.Known && !h.Served {
+				c.s.metrics.api(hdr.Key).hookRequest.Observe(time.Since(t).Seconds())
+			}
 			if h.Served || act.Local != nil || act.Async != nil || act.Close != "" {
 				if !c.handleLocal(h, hdr, act) {
 					return

@@ -127,6 +127,9 @@ func (c *conn) rewrite(p *pending) ([]byte, error) {
 	if fn == nil {
 		return p.frame, nil
 	}
+	if p.h.Known {
+		defer func(t time.Time) { c.s.metrics.api(p.hdr.Key).hookResponse.Observe(time.Since(t).Seconds()) }(time.Now())
+	}
 	frame := p.frame
 	off, err := ResponseBodyOffset(frame, p.hdr.Key, p.hdr.Flexible)
 	if err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ type Metrics struct {
 	reqBytesVec  *prometheus.CounterVec
 	respBytesVec *prometheus.CounterVec
 	latencyVec   *prometheus.HistogramVec
+	interceptVec *prometheus.HistogramVec
 	perAPI       [kmsg.MaxKey + 1]atomic.Pointer[apiSeries]
 }
 
@@ -34,6 +36,9 @@ type Metrics struct {
 type apiSeries struct {
 	requests, reqBytes, respBytes prometheus.Counter
 	latency                       prometheus.Observer
+	// the proxy's own work on a request (its hook) and on a response
+	// (decode, rewrite, encode), for the keys that have them
+	hookRequest, hookResponse prometheus.Observer
 }
 
 // api returns the series of key, which must be known to kmsg.
@@ -47,6 +52,9 @@ func (m *Metrics) api(key int16) *apiSeries {
 		reqBytes:  m.reqBytesVec.WithLabelValues(name),
 		respBytes: m.respBytesVec.WithLabelValues(name),
 		latency:   m.latencyVec.WithLabelValues(name),
+		// Curried lazily: only keys with a hook or a rewriter get series.
+		hookRequest:  lazyObserver(func() prometheus.Observer { return m.interceptVec.WithLabelValues(name, "request") }),
+		hookResponse: lazyObserver(func() prometheus.Observer { return m.interceptVec.WithLabelValues(name, "response") }),
 	}
 	m.perAPI[key].CompareAndSwap(nil, s)
 	return m.perAPI[key].Load()
@@ -79,12 +87,32 @@ func NewMetrics() *Metrics {
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sharetx", Name: "request_duration_seconds",
 		Help:    "Time from reading a request to writing its response, by API.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"api"})
+	intercept := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sharetx", Name: "intercept_seconds",
+		Help:    "The proxy's own work on a request (its hook: the client-ack filter, epoch translation, relays) or a response (decode, rewrite — redelivery screening included —, encode), by API and direction; only APIs the proxy looks into.",
+		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5, 15}}, []string{"api", "direction"})
 	// The Go runtime's and the process's own (go_goroutines, go_memstats_*,
 	// process_resident_memory_bytes, process_open_fds, ...), as every Go
 	// service exposes them: make soak watches them for growth.
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.ConnsActive, m.ConnsTotal, m.ConnsClosed, m.UpstreamErrs, m.Rewrites, m.UpstreamNodes, m.Injected,
-		requests, reqBytes, respBytes, latency)
-	m.requestsVec, m.reqBytesVec, m.respBytesVec, m.latencyVec = requests, reqBytes, respBytes, latency
+		requests, reqBytes, respBytes, latency, intercept)
+	m.requestsVec, m.reqBytesVec, m.respBytesVec, m.latencyVec, m.interceptVec = requests, reqBytes, respBytes, latency, intercept
 	return m
+}
+
+// lazyObserver resolves its series on the first observation, so /metrics
+// lists only what happened.
+func lazyObserver(get func() prometheus.Observer) prometheus.Observer {
+	return &lazyObs{get: get}
+}
+
+type lazyObs struct {
+	once sync.Once
+	get  func() prometheus.Observer
+	o    prometheus.Observer
+}
+
+func (l *lazyObs) Observe(v float64) {
+	l.once.Do(func() { l.o = l.get() })
+	l.o.Observe(v)
 }

@@ -105,13 +105,22 @@ type Step struct {
 	// Unlock must be called once the request was written (or was not);
 	// nil when Foreign.
 	Unlock func()
+	// Waited is how long the request waited for the session, held by a
+	// request of the proxy's own (a committed acknowledgement, a release,
+	// a RENEW on the side channel): 0 when it was free.
+	Waited time.Duration
 }
 
 // Begin translates a client request's session epoch on connection conn of
 // principal ident. Unless Foreign, the session stays locked until
 // Step.Unlock, so no request of the proxy's takes an epoch meanwhile.
 func (s *Session) Begin(conn Conn, ident string, clientEpoch int32, version int16) Step {
-	s.mu.Lock()
+	var waited time.Duration
+	if !s.mu.TryLock() {
+		t := time.Now()
+		s.mu.Lock()
+		waited = time.Since(t)
+	}
 	if s.owned && s.ident != ident {
 		// Another principal naming this member's session: the broker
 		// decides (it authorises the caller and checks the epoch); the
@@ -119,14 +128,14 @@ func (s *Session) Begin(conn Conn, ident string, clientEpoch int32, version int1
 		// connection it applies acknowledgements on — is not the caller's
 		// to move.
 		s.mu.Unlock()
-		return Step{Epoch: clientEpoch, Foreign: true}
+		return Step{Epoch: clientEpoch, Foreign: true, Waited: waited}
 	}
 	if !s.owned || clientEpoch == 0 {
 		s.owned, s.ident = true, ident
 	}
 	prev := s.last
 	up := s.translate(conn, clientEpoch, version)
-	st := Step{Epoch: up, Unlock: s.mu.Unlock}
+	st := Step{Epoch: up, Unlock: s.mu.Unlock, Waited: waited}
 	// The client's own numbering was in step (a new session, a close, or
 	// the next epoch after the last one written): an epoch error is then
 	// the proxy's to count; one the client got by skipping or repeating an

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+)
 
 // Output of Kafka 4.4.0's tools, captured from e2e/kafka/kafka.sh tool runs.
 
@@ -37,13 +40,14 @@ func TestParseShareConsumerPerformance(t *testing.T) {
 }
 
 func TestParseEosResult(t *testing.T) {
-	out := "progress\nRESULT mode=share records=100000 transactions=120 aborts=1 seconds=4.250 records_per_s=23529.4 commit_p50_ms=3.100 commit_p99_ms=12.500 later=1\n"
+	out := "progress\nRESULT mode=share records=100000 transactions=120 aborts=1 seconds=4.250 records_per_s=23529.4 commit_p50_ms=3.100 commit_p99_ms=12.500 poll_p50_ms=0.200 poll_p99_ms=9.000 stage_p50_ms=1.500 later=1\n"
 	r, err := parseEosResult(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := javaEOSResult{Mode: "share", Records: 100000, Transactions: 120, Aborts: 1, Seconds: 4.25, RecordsSec: 23529.4, CommitP50Ms: 3.1, CommitP99Ms: 12.5}
-	if r != want {
+	want := javaEOSResult{Mode: "share", Records: 100000, Transactions: 120, Aborts: 1, Seconds: 4.25, RecordsSec: 23529.4, CommitP50Ms: 3.1, CommitP99Ms: 12.5,
+		Budget: map[string]budgetItem{"commitTransaction": {1, 3.1, 12.5}, "wait for records": {1, 0.2, 9}, "stage (acks or offsets)": {1, 1.5, 0}}}
+	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}
 	for _, bad := range []string{"", "RESULT mode=share records=x", "RESULT mode=share records=1", "ERROR org.apache.kafka.common.errors.TimeoutException: boom\n"} {

@@ -28,6 +28,9 @@ type javaEOSResult struct {
 	Records, Transactions, Aborts int64
 	Seconds, RecordsSec           float64
 	CommitP50Ms, CommitP99Ms      float64
+	// Budget: the poll that returned the records, the outputs' sends,
+	// staging, commitTransaction (p50 / p99 each).
+	Budget map[string]budgetItem
 }
 
 // The JVM options of a bench run: the JIT's full tiers (the workers' fast
@@ -71,6 +74,36 @@ func runJavaEOS(ctx context.Context, o javaEOSOpts) (javaEOSResult, error) {
 	return r, nil
 }
 
+// javaPhases name EosBench's budget fields (poll_p50_ms, ...) in a budget.
+var javaPhases = map[string]string{"poll": "wait for records", "send": "send outputs (to the producer)",
+	"stage": "stage (acks or offsets)", "commit": "commitTransaction"}
+
+// budget takes a budget field (poll_p50_ms=1.2) into r.Budget; false when
+// k is none.
+func (r *javaEOSResult) budget(k, v string) bool {
+	phase, q, ok := strings.Cut(strings.TrimSuffix(k, "_ms"), "_p")
+	name := javaPhases[phase]
+	if !ok || (q != "50" && q != "99") || name == "" {
+		return false
+	}
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return false
+	}
+	if r.Budget == nil {
+		r.Budget = map[string]budgetItem{}
+	}
+	it := r.Budget[name]
+	it.PerTxn = 1
+	if q == "50" {
+		it.P50Ms = x
+	} else {
+		it.P99Ms = x
+	}
+	r.Budget[name] = it
+	return true
+}
+
 // parseEosResult reads the RESULT line (an ERROR line is the run's error).
 func parseEosResult(out string) (javaEOSResult, error) {
 	var r javaEOSResult
@@ -105,9 +138,14 @@ func parseEosResult(out string) (javaEOSResult, error) {
 				r.RecordsSec, err = strconv.ParseFloat(v, 64)
 			case "commit_p50_ms":
 				r.CommitP50Ms, err = strconv.ParseFloat(v, 64)
+				r.budget(k, v)
 			case "commit_p99_ms":
 				r.CommitP99Ms, err = strconv.ParseFloat(v, 64)
+				r.budget(k, v)
 			default:
+				if !r.budget(k, v) {
+					continue // a later field: ignored
+				}
 				continue // a later field: ignored
 			}
 			if err != nil {

@@ -58,6 +58,9 @@ type Options struct {
 	Batches         []int         `json:"batches"`
 	Rounds          int           `json:"rounds"`
 	PipelineWorkers int           `json:"pipeline_workers"`
+	// PipelineModes are the pipeline comparisons' modes (default
+	// pipelineModes; txn-seq may be added).
+	PipelineModes []string `json:"pipeline_modes,omitempty"`
 	ScaleWorkers    []int         `json:"scale_workers"`
 	ScalePartitions []int         `json:"scale_partitions"`
 	ScaleBatch      int           `json:"scale_batch"`
@@ -113,6 +116,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	batches := fs.String("batches", "10,100,1000", "records per transaction (and per at-least-once poll)")
 	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds of every pipeline comparison (medians and their spread are reported)")
 	fs.IntVar(&o.PipelineWorkers, "pipeline-workers", 0, "workers of each pipeline run (default: --partitions, so that consumer-group EOS uses every partition)")
+	pmodes := fs.String("pipeline-modes", strings.Join(pipelineModes, ","), "modes of the pipeline comparisons (of "+strings.Join(append(slices.Clone(pipelineModes), modeTxnSeq), ",")+")")
 	scaleW := fs.String("scale-workers", "1,2,4,8", "workers of the scaling runs")
 	scaleP := fs.String("scale-partitions", "1,2", "input partitions of the scaling runs")
 	fs.IntVar(&o.ScaleBatch, "scale-batch", 100, "records per transaction of the scaling runs")
@@ -170,6 +174,14 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 			}
 			*l.to = append(*l.to, n)
 		}
+	}
+	for _, m := range strings.Split(*pmodes, ",") {
+		m = strings.TrimSpace(m)
+		if !slices.Contains(pipelineModes, m) && m != modeTxnSeq {
+			fmt.Fprintf(stderr, "bench: --pipeline-modes: unknown mode %q\n", m)
+			return 2
+		}
+		o.PipelineModes = append(o.PipelineModes, m)
 	}
 	if o.PipelineWorkers == 0 {
 		o.PipelineWorkers = o.Partitions

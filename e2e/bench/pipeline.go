@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/client"
+	"github.com/sharetx/sharetx/kip1289"
 )
 
 // The pipeline modes. Every one is the same consume-transform-produce loop
@@ -84,6 +85,9 @@ type pipelineResult struct {
 	ProduceP50Ms float64 `json:"produce_p50_ms"`
 	ProduceP99Ms float64 `json:"produce_p99_ms"`
 	EndTxnP50Ms  float64 `json:"end_txn_p50_ms,omitempty"`
+
+	// Budget is where a transaction's time went (budget.go).
+	Budget map[string]budgetItem `json:"budget,omitempty"`
 }
 
 type pipelineOpts struct {
@@ -122,6 +126,8 @@ type pipeRun struct {
 	t0                      time.Time // first record of any worker
 	last                    time.Time // the last commit (or alo poll) of any worker
 	ackLat, produceLat, end []float64
+	pollLat                 []float64 // the polls that returned records
+	reqs                    *reqTimer // every request of the run's clients
 }
 
 func (p *pipeRun) started() (time.Time, bool) {
@@ -204,7 +210,7 @@ func polled(fs kgo.Fetches) error {
 // parallel until o.target records or o.maxDur, and reports their sum.
 func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 	o.workers = max(o.workers, 1)
-	p := &pipeRun{o: o}
+	p := &pipeRun{o: o, reqs: newReqTimer()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The warm mark: the count and time once warm has passed (the rate is
@@ -281,6 +287,7 @@ func runPipeline(ctx context.Context, o pipelineOpts) (*pipelineResult, error) {
 		res.TxnAckP50Ms = sampleQuantile(0.5, p.ackLat) * 1000
 		res.TxnAckP99Ms = sampleQuantile(0.99, p.ackLat) * 1000
 	}
+	res.Budget = p.clientBudget(kip1289.DefaultKey)
 	return res, nil
 }
 
@@ -294,6 +301,7 @@ func (p *pipeRun) pollLoop(ctx context.Context, poll func(context.Context, int) 
 			return fmt.Errorf("%d records in %s", p.records.Load(), p.o.maxDur+30*time.Second)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		t := time.Now()
 		fs := poll(pctx, p.o.batch)
 		cancel()
 		if ctx.Err() != nil {
@@ -307,6 +315,7 @@ func (p *pipeRun) pollLoop(ctx context.Context, poll func(context.Context, int) 
 			continue
 		}
 		p.start()
+		p.sample(&p.pollLat, t)
 		if err := handle(recs); err != nil {
 			return err
 		}
@@ -320,7 +329,7 @@ func (p *pipeRun) pollLoop(ctx context.Context, poll func(context.Context, int) 
 func (p *pipeRun) shareWorker(ctx context.Context, w int) error {
 	o := p.o
 	transactional := o.mode != modeALO
-	copts := []kgo.Opt{kgo.ShareGroup(o.group), kgo.ConsumeTopics(o.in)}
+	copts := []kgo.Opt{kgo.ShareGroup(o.group), kgo.ConsumeTopics(o.in), kgo.WithHooks(p.reqs)}
 	if !o.defaults {
 		copts = append(copts, kgo.ShareMaxRecords(int32(o.batch)))
 	}
@@ -332,7 +341,7 @@ func (p *pipeRun) shareWorker(ctx context.Context, w int) error {
 		return err
 	}
 	defer closeWithin(consumer, 15*time.Second)
-	popts := []kgo.Opt{kgo.DefaultProduceTopic(o.out), kgo.MetadataMinAge(250 * time.Millisecond)}
+	popts := []kgo.Opt{kgo.DefaultProduceTopic(o.out), kgo.MetadataMinAge(250 * time.Millisecond), kgo.WithHooks(p.reqs)}
 	// Every transactional mode runs a client.Producer, so that they differ
 	// only in binding the acknowledgements.
 	var txnProducer *client.Producer
@@ -394,7 +403,7 @@ func (p *pipeRun) groupWorker(ctx context.Context, w int) error {
 	sess, err := kgo.NewGroupTransactSession(clientOpts(o.bs,
 		kgo.ConsumerGroup(o.group), kgo.ConsumeTopics(o.in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.DefaultProduceTopic(o.out), kgo.MetadataMinAge(250*time.Millisecond),
+		kgo.DefaultProduceTopic(o.out), kgo.MetadataMinAge(250*time.Millisecond), kgo.WithHooks(p.reqs),
 		kgo.TransactionalID(fmt.Sprintf("bench-%s-%d-w%d-%d", o.group, o.batch, w, time.Now().UnixNano())))...)
 	if err != nil {
 		return err

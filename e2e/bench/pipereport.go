@@ -63,6 +63,7 @@ func writePipelineTables(w io.Writer, r *Results) {
 		}
 		tw.Flush()
 		fmt.Fprintln(w, "(group-eos: a consumer group, a transactional producer and sendOffsetsToTransaction (franz-go's GroupTransactSession), direct to the broker; kafka-txn: a share group and a transactional producer, ACCEPTs after the commit — Kafka transactions alone, at-least-once (direct: without the proxy); txn: share-group exactly-once through sharetx, ACCEPTs bound to the transaction, sent while the outputs are in flight; alo: explicit ACCEPTs, idempotent producer. Every worker has its own consumer and producer; each run has a new group and output topic; exactly-once runs are checked by reading the outputs read_committed and counting them per input id)")
+		writeBudget(w, r.Pipeline, r.Options.Batches, budgetModesOf(r.Options.pipelineModes()))
 	}
 	if len(r.Scaling) > 0 {
 		fmt.Fprintf(w, "\nscaling: %.0f ms of waiting per record, transactions of %d, medians [min–max] of %d round(s)\n",
@@ -88,6 +89,7 @@ func writePipelineTables(w io.Writer, r *Results) {
 		fmt.Fprintf(tw, "transactions of %d\t%s\t%s\t%s\t%s\t\n", r.Options.JavaEOSBatch, rateSpread(r.JavaEOS, ks).format(f0), rateSpread(r.JavaEOS, kg).format(f0),
 			ratioSpread(r.JavaEOS, ks, kg).format(pct0), eosChecked(r.JavaEOS, func(*pipelineResult) bool { return true }))
 		tw.Flush()
+		writeBudget(w, r.JavaEOS, []int{r.Options.JavaEOSBatch}, []string{modeJavaGroupEOS, modeJavaShareEOS})
 	}
 }
 

@@ -430,6 +430,15 @@ func (b *bench) passThrough(ctx context.Context) {
 // every round at every batch size.
 var pipelineModes = []string{modeGroupEOS, modeKafkaTxnDirect, modeKafkaTxn, modeTxn, modeALO}
 
+// pipelineModes are the options' modes, the default ones when unset (a
+// test's Options).
+func (o Options) pipelineModes() []string {
+	if len(o.PipelineModes) == 0 {
+		return pipelineModes
+	}
+	return o.PipelineModes
+}
+
 // rotated is xs rotated left by n (each round starts elsewhere, so that no
 // mode always runs first or last).
 func rotated[T any](xs []T, n int) []T {
@@ -462,7 +471,8 @@ func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pi
 		run.mode = modeKafkaTxn
 	}
 	var before metrics
-	if o.mode == modeTxn || o.mode == modeTxnSeq {
+	proxied := o.bs == b.proxy.bootstrap
+	if proxied {
 		if before, err = b.proxy.scrape(); err != nil {
 			return nil, err
 		}
@@ -474,6 +484,11 @@ func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pi
 	r.Mode, r.Round, r.Partitions = o.mode, round, o.partitions
 	if o.mode == modeTxn || o.mode == modeTxnSeq {
 		b.commitApplied(before, r)
+	}
+	if proxied {
+		if after, err := b.proxy.scrape(); err == nil {
+			proxyBudget(r.Budget, before, after, r.Transactions)
+		}
 	}
 	if exactlyOnce(o.mode) {
 		if err := verify(ctx, b.direct, o.out, r); err != nil {
@@ -529,10 +544,10 @@ func (b *bench) pipelines(ctx context.Context) {
 		return
 	}
 	b.progress("pipelines: %d round(s) of %v at transactions of %v, %d worker(s) each, up to %d records or %s per run; exactly-once modes checked per input id",
-		o.Rounds, pipelineModes, o.Batches, o.PipelineWorkers, o.PipelineRecords, o.PipelineDur)
+		o.Rounds, o.pipelineModes(), o.Batches, o.PipelineWorkers, o.PipelineRecords, o.PipelineDur)
 	for round := 0; round < o.Rounds; round++ {
 		for bi, batch := range o.Batches {
-			for _, mode := range rotated(pipelineModes, round+bi) {
+			for _, mode := range rotated(o.pipelineModes(), round+bi) {
 				if ctx.Err() != nil {
 					return
 				}
@@ -612,12 +627,26 @@ func (b *bench) javaRun(ctx context.Context, mode, in string, round int) (*pipel
 	} else if err := shareFromEarliest(ctx, b.admin, jo.Group); err != nil {
 		return nil, err
 	}
+	var before metrics
+	if jo.Mode == "share" {
+		if before, err = b.proxy.scrape(); err != nil {
+			return nil, err
+		}
+	}
 	jr, err := runJavaEOS(ctx, jo)
 	if err != nil {
 		return nil, err
 	}
 	r := &pipelineResult{Mode: mode, Batch: jo.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: "java",
-		Records: jr.Records, Transactions: jr.Transactions, Aborts: jr.Aborts, Seconds: jr.Seconds, RecordsSec: jr.RecordsSec, EndTxnP50Ms: jr.CommitP50Ms}
+		Records: jr.Records, Transactions: jr.Transactions, Aborts: jr.Aborts, Seconds: jr.Seconds, RecordsSec: jr.RecordsSec, EndTxnP50Ms: jr.CommitP50Ms, Budget: jr.Budget}
+	if r.Budget == nil {
+		r.Budget = map[string]budgetItem{}
+	}
+	if jo.Mode == "share" {
+		if after, err := b.proxy.scrape(); err == nil {
+			proxyBudget(r.Budget, before, after, r.Transactions)
+		}
+	}
 	if r.Transactions > 0 {
 		r.AvgBatch = float64(r.Records) / float64(r.Transactions)
 	}

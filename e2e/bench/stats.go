@@ -74,10 +74,15 @@ func (k runKey) matches(r *pipelineResult) bool {
 
 // rates are the records/s of every round of k, by round.
 func rates(runs []*pipelineResult, k runKey) map[int]float64 {
+	return byRound(runs, k, func(r *pipelineResult) float64 { return r.RecordsSec })
+}
+
+// byRound is f of every round of k, by round.
+func byRound(runs []*pipelineResult, k runKey, f func(*pipelineResult) float64) map[int]float64 {
 	m := map[int]float64{}
 	for _, r := range runs {
 		if k.matches(r) {
-			m[r.Round] = r.RecordsSec
+			m[r.Round] = f(r)
 		}
 	}
 	return m
@@ -95,7 +100,12 @@ func rateSpread(runs []*pipelineResult, k runKey) spread {
 // ratioSpread is the spread of a/b over the rounds where both ran: each
 // ratio from one round, so that both sides of it ran minutes apart at most.
 func ratioSpread(runs []*pipelineResult, a, b runKey) spread {
-	ra, rb := rates(runs, a), rates(runs, b)
+	return ratioSpread2(runs, a, b, func(r *pipelineResult) float64 { return r.RecordsSec })
+}
+
+// ratioSpread2 is ratioSpread of another figure f of the runs.
+func ratioSpread2(runs []*pipelineResult, a, b runKey, f func(*pipelineResult) float64) spread {
+	ra, rb := byRound(runs, a, f), byRound(runs, b, f)
 	var xs []float64
 	for round, x := range ra {
 		if y, ok := rb[round]; ok && y > 0 {

@@ -82,13 +82,28 @@ public final class EosBench {
     static final class Result {
         long records, transactions, aborts, first, last;
         final List<Double> commitMs = new ArrayList<>();
+        // The per-transaction budget: the poll that returned the records, the sends of the
+        // outputs (handing them to the producer), staging (sendShareAcknowledgementsToTransaction
+        // or sendOffsetsToTransaction), commitTransaction (commitMs).
+        final List<Double> pollMs = new ArrayList<>(), sendMs = new ArrayList<>(), stageMs = new ArrayList<>();
 
         String line(String mode) {
             double secs = Math.max(last - first, 1) / 1e9;
-            List<Double> c = new ArrayList<>(commitMs);
-            Collections.sort(c);
-            return String.format(Locale.ROOT, "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f commit_p50_ms=%.3f commit_p99_ms=%.3f",
-                mode, records, transactions, aborts, secs, records / secs, quantile(c, 0.5), quantile(c, 0.99));
+            StringBuilder b = new StringBuilder(String.format(Locale.ROOT, "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f",
+                mode, records, transactions, aborts, secs, records / secs));
+            for (Map.Entry<String, List<Double>> e : Map.of("commit", commitMs, "poll", pollMs, "send", sendMs, "stage", stageMs).entrySet()) {
+                List<Double> c = new ArrayList<>(e.getValue());
+                Collections.sort(c);
+                b.append(String.format(Locale.ROOT, " %s_p50_ms=%.3f %s_p99_ms=%.3f", e.getKey(), quantile(c, 0.5), e.getKey(), quantile(c, 0.99)));
+            }
+            return b.toString();
+        }
+
+        /** Times one step of a transaction into to. */
+        static void timed(List<Double> to, Runnable step) {
+            long t = System.nanoTime();
+            step.run();
+            to.add((System.nanoTime() - t) / 1e6);
         }
 
         boolean done(long target, long maxNanos) {
@@ -148,10 +163,12 @@ public final class EosBench {
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException(r.records + " records before the deadline");
             }
+            long tp = System.nanoTime();
             ConsumerRecords<byte[], byte[]> records = poll.apply(Duration.ofSeconds(1));
             if (records.isEmpty()) {
                 continue;
             }
+            r.pollMs.add((System.nanoTime() - tp) / 1e6);
             if (r.first == 0) {
                 r.first = System.nanoTime();
             }
@@ -194,10 +211,12 @@ public final class EosBench {
             loop(s, r, consumer::poll, new Transaction() {
                 public void commit(ConsumerRecords<byte[], byte[]> records, Result r) {
                     producer.beginTransaction();
-                    for (ConsumerRecord<byte[], byte[]> in : records) {
-                        producer.send(new ProducerRecord<>(s.out(), id(in), in.value()));
-                    }
-                    producer.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT), md);
+                    Result.timed(r.sendMs, () -> {
+                        for (ConsumerRecord<byte[], byte[]> in : records) {
+                            producer.send(new ProducerRecord<>(s.out(), id(in), in.value()));
+                        }
+                    });
+                    Result.timed(r.stageMs, () -> producer.sendShareAcknowledgementsToTransaction(ShareAcknowledgements.fromRecords(records, AcknowledgeType.ACCEPT), md));
                     commitTimed(producer, r);
                     ShareTransactions.acknowledgeHandedOver(consumer, records);
                 }
@@ -233,10 +252,12 @@ public final class EosBench {
                         next.put(new TopicPartition(in.topic(), in.partition()), new OffsetAndMetadata(in.offset() + 1));
                     }
                     producer.beginTransaction();
-                    for (ConsumerRecord<byte[], byte[]> in : records) {
-                        producer.send(new ProducerRecord<>(s.out(), id(in), in.value()));
-                    }
-                    producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
+                    Result.timed(r.sendMs, () -> {
+                        for (ConsumerRecord<byte[], byte[]> in : records) {
+                            producer.send(new ProducerRecord<>(s.out(), id(in), in.value()));
+                        }
+                    });
+                    Result.timed(r.stageMs, () -> producer.sendOffsetsToTransaction(next, consumer.groupMetadata()));
                     commitTimed(producer, r);
                 }
 

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The per-transaction time budget of a pipeline run: where a transaction's
+// time goes, so that the gap between two modes is explained by numbers.
+//
+//   - the loop's own phases, timed in the worker: waiting for records (the
+//     poll that returned them), producing the outputs (first Produce to the
+//     end of Flush), staging (the TxnShareAcknowledge call; the consumer
+//     group stages its offsets inside End), committing (EndTxn; the
+//     consumer group's whole End: flush, AddOffsetsToTxn, TxnOffsetCommit,
+//     EndTxn);
+//   - every request the run's clients sent, by API key, from kgo's
+//     HookBrokerE2E (write to response read): how many per transaction and
+//     how long. An EndTxn retried on CONCURRENT_TRANSACTIONS shows as more
+//     than one EndTxn per transaction; a transactional Produce that met the
+//     broker's own 20 ms CONCURRENT_TRANSACTIONS retry (transaction version
+//     2 adds partitions inside the Produce) cannot be told apart on the
+//     client, so produces of 20 ms or more are counted;
+//   - on the proxy's side (modes through it): client ShareFetch and
+//     ShareAcknowledge requests waiting for their share session while the
+//     proxy's own request held it, the proxy's work on ShareFetch and
+//     ShareAcknowledge requests (the client-ack filter) and on ShareFetch
+//     responses (learning acquisitions, screening), and commit → applied.
+
+// budgetItem is one line of a budget: per transaction, how many (1 for a
+// phase) and the p50 / p99 of one.
+type budgetItem struct {
+	PerTxn float64 `json:"per_txn"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+}
+
+// reqTimer collects the round trips of a run's clients by API key.
+type reqTimer struct {
+	mu sync.Mutex
+	d  map[int16][]float64 // seconds
+}
+
+var _ kgo.HookBrokerE2E = (*reqTimer)(nil)
+
+func newReqTimer() *reqTimer { return &reqTimer{d: map[int16][]float64{}} }
+
+func (t *reqTimer) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E) {
+	if e.WriteErr != nil || e.ReadErr != nil {
+		return
+	}
+	t.mu.Lock()
+	t.d[key] = append(t.d[key], e.DurationE2E().Seconds())
+	t.mu.Unlock()
+}
+
+// budgetKeys are the API keys a budget lists, in its order (the
+// TxnShareAcknowledge key is added by name).
+var budgetKeys = []kmsg.Key{kmsg.ShareFetch, kmsg.ShareAcknowledge, kmsg.Fetch, kmsg.Produce,
+	kmsg.AddOffsetsToTxn, kmsg.TxnOffsetCommit, kmsg.EndTxn}
+
+// slowProduce is the bound from which a Produce counts as slow: the broker's
+// own CONCURRENT_TRANSACTIONS retry waits 20 ms.
+const slowProduce = 20 * time.Millisecond
+
+func itemOf(xs []float64, txns int64) budgetItem {
+	if len(xs) == 0 || txns == 0 {
+		return budgetItem{}
+	}
+	return budgetItem{PerTxn: float64(len(xs)) / float64(txns),
+		P50Ms: sampleQuantile(0.5, xs) * 1000, P99Ms: sampleQuantile(0.99, xs) * 1000}
+}
+
+// clientBudget is the run's client side: the loop's phases and the requests.
+func (p *pipeRun) clientBudget(txnKey int16) map[string]budgetItem {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.txns.Load()
+	b := map[string]budgetItem{}
+	set := func(name string, xs []float64) {
+		if it := itemOf(xs, n); it.PerTxn > 0 {
+			b[name] = it
+		}
+	}
+	set("wait for records", p.pollLat)
+	set("produce outputs", p.produceLat)
+	set("stage (TxnShareAcknowledge)", p.ackLat)
+	if p.o.mode == modeGroupEOS {
+		set("End (flush, offsets, EndTxn)", p.end)
+	} else {
+		set("EndTxn", p.end)
+	}
+	p.reqs.mu.Lock()
+	defer p.reqs.mu.Unlock()
+	for _, k := range budgetKeys {
+		set("req "+kmsg.NameForKey(int16(k)), p.reqs.d[int16(k)])
+	}
+	set("req TxnShareAcknowledge", p.reqs.d[txnKey])
+	var slow []float64
+	for _, d := range p.reqs.d[int16(kmsg.Produce)] {
+		if d >= slowProduce.Seconds() {
+			slow = append(slow, d)
+		}
+	}
+	set(fmt.Sprintf("req Produce ≥ %d ms", slowProduce.Milliseconds()), slow)
+	return b
+}
+
+// proxyBudget adds the proxy's side of a run to b: the deltas of its
+// histograms between two scrapes, per transaction of the run.
+func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
+	if txns == 0 {
+		return
+	}
+	add := func(name, hist string, labels ...string) {
+		d := deltaBuckets(before.histogramWhere(hist, labels...), after.histogramWhere(hist, labels...))
+		if len(d) == 0 || d[len(d)-1].Count == 0 {
+			return
+		}
+		it := budgetItem{PerTxn: d[len(d)-1].Count / float64(txns), P50Ms: bucketQuantile(0.5, d) * 1000, P99Ms: bucketQuantile(0.99, d) * 1000}
+		b[name] = it
+	}
+	add("proxy: share-session wait", "sharetx_share_session_wait_seconds")
+	add("proxy: ShareFetch request work", "sharetx_intercept_seconds", `api="ShareFetch"`, `direction="request"`)
+	add("proxy: ShareFetch response work", "sharetx_intercept_seconds", `api="ShareFetch"`, `direction="response"`)
+	add("proxy: ShareAcknowledge request work", "sharetx_intercept_seconds", `api="ShareAcknowledge"`, `direction="request"`)
+	add("proxy: Produce request work", "sharetx_intercept_seconds", `api="Produce"`, `direction="request"`)
+	add("proxy: commit → applied", "sharetx_commit_to_applied_seconds")
+}
+
+// histogramWhere is histogram for the series of name whose labels include
+// every one of labels (`api="ShareFetch"`), summed bucket by bucket.
+func (m metrics) histogramWhere(name string, labels ...string) []bucket {
+	sub := metrics{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, name+"_bucket{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(k, l)
+		}
+		if !ok {
+			continue
+		}
+		j := strings.Index(k, `le="`)
+		if j < 0 {
+			continue
+		}
+		le := k[j:]
+		if e := strings.IndexByte(le[4:], '"'); e >= 0 {
+			le = le[:4+e+1]
+		}
+		sub[name+"_bucket{"+le+"}"] += v
+	}
+	return sub.histogram(name)
+}
+
+// budgetModes are the modes a budget table lists, in its columns' order.
+var budgetModes = []string{modeGroupEOS, modeKafkaTxnDirect, modeKafkaTxn, modeTxn, modeTxnSeq}
+
+// budgetModesOf are the budget's columns among the modes run.
+func budgetModesOf(run []string) []string {
+	var out []string
+	for _, m := range budgetModes {
+		if slices.Contains(run, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// writeBudget prints, per transaction size, the median over the rounds of
+// every budget line, p50 / p99 in ms and (for requests) how many per
+// transaction, one column per mode.
+func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []string) {
+	var names []string
+	for _, r := range runs {
+		for n := range r.Budget {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.SortStableFunc(names, func(a, b string) int { return budgetRank(a) - budgetRank(b) })
+	fmt.Fprintln(w, "\nper-transaction time budget: p50 / p99 ms (× per transaction, for requests), medians of the rounds")
+	for _, batch := range batches {
+		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "transactions of %d\t%s\t\n", batch, strings.Join(modes, "\t"))
+		for _, n := range names {
+			line := n
+			any := false
+			for _, m := range modes {
+				it, ok := medianItem(runs, m, batch, n)
+				cell := "–"
+				if ok {
+					any = true
+					cell = fmt.Sprintf("%s / %s", f2(it.P50Ms), f2(it.P99Ms))
+					if strings.HasPrefix(n, "req ") || strings.HasPrefix(n, "proxy:") {
+						cell += fmt.Sprintf(" ×%s", f2(it.PerTxn))
+					}
+				}
+				line += "\t" + cell
+			}
+			if any {
+				fmt.Fprintln(tw, line+"\t")
+			}
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, "(the loop's phases are timed in the worker; req: every request of the run's clients, write to response, kgo's HookBrokerE2E — an EndTxn retried on CONCURRENT_TRANSACTIONS counts twice, a Produce ≥ 20 ms likely met the broker's own 20 ms retry; proxy: its histograms' deltas over the run)")
+}
+
+// budgetRank orders a budget's lines: the phases, the requests, the proxy.
+func budgetRank(name string) int {
+	switch {
+	case strings.HasPrefix(name, "req "):
+		return 1
+	case strings.HasPrefix(name, "proxy:"):
+		return 2
+	}
+	return 0
+}
+
+// medianItem is the median over the rounds of mode at batch of one line.
+func medianItem(runs []*pipelineResult, mode string, batch int, name string) (budgetItem, bool) {
+	var its []budgetItem
+	for _, r := range runs {
+		if r.Mode == mode && r.Batch == batch {
+			if it, ok := r.Budget[name]; ok {
+				its = append(its, it)
+			}
+		}
+	}
+	if len(its) == 0 {
+		return budgetItem{}, false
+	}
+	med := func(f func(budgetItem) float64) float64 {
+		xs := make([]float64, len(its))
+		for i, it := range its {
+			xs[i] = f(it)
+		}
+		slices.Sort(xs)
+		if len(xs)%2 == 1 {
+			return xs[len(xs)/2]
+		}
+		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+	}
+	it := budgetItem{PerTxn: med(func(i budgetItem) float64 { return i.PerTxn }),
+		P50Ms: med(func(i budgetItem) float64 { return i.P50Ms }), P99Ms: med(func(i budgetItem) float64 { return i.P99Ms })}
+	if math.IsNaN(it.P50Ms) {
+		return budgetItem{}, false
+	}
+	return it, true
+}
