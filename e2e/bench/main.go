@@ -60,7 +60,7 @@ type Options struct {
 	PipelineWorkers int           `json:"pipeline_workers"`
 	// PipelineModes are the pipeline comparisons' modes (default
 	// pipelineModes; txn-seq may be added).
-	PipelineModes []string `json:"pipeline_modes,omitempty"`
+	PipelineModes   []string      `json:"pipeline_modes,omitempty"`
 	ScaleWorkers    []int         `json:"scale_workers"`
 	ScalePartitions []int         `json:"scale_partitions"`
 	ScaleBatch      int           `json:"scale_batch"`

@@ -57,7 +57,9 @@ func TestGoalsFromRounds(t *testing.T) {
 			&pipelineResult{Mode: modeKafkaTxnDirect, Batch: 1000, Round: round, RecordsSec: v[2]})
 	}
 	r.Options.JavaEOSBatch = 1000
-	p99 := func(ms float64) map[string]budgetItem { return map[string]budgetItem{"commitTransaction": {PerTxn: 1, P99Ms: ms}} }
+	p99 := func(ms float64) map[string]budgetItem {
+		return map[string]budgetItem{"commitTransaction": {PerTxn: 1, P99Ms: ms}}
+	}
 	r.JavaEOS = []*pipelineResult{{Mode: modeJavaShareEOS, Round: 0, RecordsSec: 90, Budget: p99(30)}, {Mode: modeJavaGroupEOS, Round: 0, RecordsSec: 100, Budget: p99(20)},
 		{Mode: modeJavaShareEOS, Round: 1, RecordsSec: 110, Budget: p99(20)}, {Mode: modeJavaGroupEOS, Round: 1, RecordsSec: 100, Budget: p99(20)}}
 	r.Scaling = []*pipelineResult{{Mode: modeTxn, Workers: 8, Partitions: 1, RecordsSec: 3500}, {Mode: modeGroupEOS, Workers: 8, Partitions: 1, RecordsSec: 500}}
