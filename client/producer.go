@@ -38,6 +38,13 @@ type Producer struct {
 
 	touchMu sync.Mutex // serializes touches
 
+	// callWritten gets a value when a TxnShareAcknowledge was written to
+	// the connection (producedHook), so that a riding call flushes after.
+	callWritten chan struct{}
+	// unsent approximates the records buffered and not yet written in a
+	// Produce (producedHook): a riding call needs a Produce still to come.
+	unsent atomic.Int64
+
 	// mu guards what the producer learned from the cluster, and owned.
 	mu       sync.Mutex
 	checked  bool // the cluster advertises the key
@@ -154,7 +161,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		// kgo's default (config.go).
 		cfg.partitioner = kgo.UniformBytesPartitioner(64<<10, true, true, nil)
 	}
-	p := &Producer{apiKey: cfg.apiKey, shadowTopic: cfg.shadowTopic, topicIDs: make(map[string][16]byte)}
+	p := &Producer{apiKey: cfg.apiKey, shadowTopic: cfg.shadowTopic, topicIDs: make(map[string][16]byte), callWritten: make(chan struct{}, 1)}
 	part := &touchPartitioner{shadowTopic: cfg.shadowTopic, others: cfg.partitioner}
 	// Ours first: an option of kopts that replaces one of them shows, and
 	// is refused below.
@@ -256,6 +263,30 @@ func (p *Producer) producedIn(id int64, epoch int16) bool {
 // produce response and calls this hook before the record's promise, so once
 // a ProduceSync of (id, epoch) returned, producedIn(id, epoch) is true.
 type producedHook struct{ p *Producer }
+
+func (h producedHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == h.p.apiKey && err == nil {
+		select {
+		case h.p.callWritten <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h producedHook) OnProduceRecordBuffered(*kgo.Record) { h.p.unsent.Add(1) }
+
+func (h producedHook) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {
+	h.p.unsent.Add(-int64(m.NumRecords)) // a retried batch counts again: unsent() clamps
+}
+
+// toSend reports whether records are buffered that no Produce carried yet.
+func (p *Producer) toSend() bool {
+	if p.cl.BufferedProduceRecords() == 0 {
+		p.unsent.Store(0)
+		return false
+	}
+	return p.unsent.Load() > 0
+}
 
 func (h producedHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	if err != nil || r.ProducerID < 0 || h.p.producedIn(r.ProducerID, r.ProducerEpoch) {

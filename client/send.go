@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -69,7 +70,7 @@ func (p *Producer) SendShareAcknowledgementsToTransaction(ctx context.Context, a
 	}
 	req.ProducerID, req.ProducerEpoch = pid, epoch
 
-	kresp, err := p.cl.Request(ctx, req)
+	kresp, err := p.request(ctx, req)
 	if err != nil {
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: %w", err)
 	}
@@ -78,6 +79,48 @@ func (p *Producer) SendShareAcknowledgementsToTransaction(ctx context.Context, a
 		return fmt.Errorf("sharetx: TxnShareAcknowledge: unexpected response type %T", kresp)
 	}
 	return p.mapResponse(resp, byID)
+}
+
+// request sends the call. When outputs of the transaction wait in the
+// producer's buffer (transaction version 2), the call asks the proxy to let
+// the shadow record ride in their Produce (kip1289 RideProduce) and, as soon
+// as the call is written, starts a flush of the buffer (without waiting for
+// it): the outputs and the shadow record then reach the broker in one
+// Produce, which adds all their partitions to the transaction at once, and
+// the proxy answers the call once that Produce is answered. The
+// application's own Flush still waits for the outputs.
+func (p *Producer) request(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest) (kmsg.Response, error) {
+	p.mu.Lock()
+	tv2 := p.tv2
+	p.mu.Unlock()
+	if !tv2 || !p.toSend() {
+		return p.cl.Request(ctx, req)
+	}
+	req.RideProduce = true
+	select { // a stale signal of an earlier call
+	case <-p.callWritten:
+	default:
+	}
+	type answer struct {
+		resp kmsg.Response
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := p.cl.Request(ctx, req)
+		done <- answer{resp, err}
+	}()
+	t := time.NewTimer(5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-p.callWritten:
+	case <-t.C:
+	case a := <-done: // answered (or failed) before it was seen written
+		return a.resp, a.err
+	}
+	go p.cl.Flush(ctx) //nolint:errcheck // the application's Flush reports what matters
+	a := <-done
+	return a.resp, a.err
 }
 
 // checkProducer checks, without asking the cluster, that p can bind

@@ -28,7 +28,7 @@ func init() {
 		return produceLearn(env, state, resp) || changed
 	})
 	describe(kmsg.Produce, func(h *Handler) {
-		h.HookKeepsNothing = true // produceTxn copies the transactional id
+		h.HookKeepsNothing = true // produceTxn copies the transactional id; a ride builds a new body
 		h.Responds = func(r *Request) (bool, error) {
 			acks, err := produceAcks(r.Body(), r.Version, h.FlexibleRequest(r.Version))
 			return acks != 0, err
@@ -43,6 +43,11 @@ func produceHook(env *Env, r *Request) Action {
 		if act := env.KIP.relayTouch(r, t); act != nil {
 			return *act
 		}
+		if act := env.KIP.rideOn(r, t); act != nil {
+			env.KIP.produces.start(t)
+			return *act
+		}
+		env.KIP.produces.start(t)
 		return Action{State: t}
 	}
 	return Action{}
@@ -54,6 +59,13 @@ func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
 	if sp, ok := state.(*touchSplit); ok {
 		env.KIP.mergeRelayed(sp, resp)
 		state, changed = sp.txn, true
+	}
+	if rs, ok := state.(*rideState); ok {
+		env.KIP.rideAnswered(rs, resp)
+		state, changed = rs.txn, true
+	}
+	if t, ok := state.(produceTxnState); ok {
+		env.KIP.produces.done(t)
 	}
 	if t, ok := state.(produceTxnState); ok && produceOK(resp) {
 		env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)

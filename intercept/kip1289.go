@@ -54,9 +54,12 @@ type KIP1289 struct {
 	conflict atomic.Bool // a broker advertised our key (logged once; the proxy keeps serving it)
 	built    time.Time   // NewKIP1289: kip1289.not_ready_retry_for counts from here
 
+	produces produces // transactional Produce requests in flight (ride.go)
+
 	mCalls       *prometheus.CounterVec
 	mEpochErrors prometheus.Counter
 	mSessionWait prometheus.Histogram
+	mShadowWrite *prometheus.CounterVec
 }
 
 // NewKIP1289 builds the feature from its configuration: side is the proxy's
@@ -96,12 +99,14 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "TxnShareAcknowledge calls, by result (ok or the Kafka error name)."}, []string{"result"}),
 		mEpochErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_share_session_epoch_errors_total",
 			Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."}),
+		mShadowWrite: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_writes_total",
+			Help: "Shadow records written for TxnShareAcknowledge calls, by path: rode (inside the client's own Produce of the transaction) or own (a Produce of the proxy's)."}, []string{"path"}),
 		mSessionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "share_session_wait_seconds",
 			Help:    "How long each client ShareFetch/ShareAcknowledge waited for its share session while a request of the proxy's own (committed acks, releases, RENEWs) held it; 0 when it was free. The connection's read loop waits with it.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e
@@ -111,7 +116,9 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 // w, partitions partitions) and was read back; barrier returns once it is
 // read to its current end (markers.Resolver.Recovered). Once only.
 func (e *KIP1289) Start(w staging.ShadowWriter, partitions int32, barrier func(ctx context.Context) error) {
-	e.stager.CompareAndSwap(nil, staging.NewStager(e.ledger, w, partitions, e.proxyID, e.log))
+	s := staging.NewStager(e.ledger, w, partitions, e.proxyID, e.log)
+	s.SetInFlight(e.produces.idleOf)
+	e.stager.CompareAndSwap(nil, s)
 	e.resolver.Recovered(barrier)
 }
 
@@ -154,6 +161,11 @@ func (e *KIP1289) stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 	resp, staged := s.Stage(ctx, req, ident)
 	if staged != nil {
 		e.resolver.Track(staged)
+		path := "own"
+		if staged.Rode {
+			path = "rode"
+		}
+		e.mShadowWrite.WithLabelValues(path).Inc()
 	}
 	return e.count(resp)
 }

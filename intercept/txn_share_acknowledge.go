@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sharetx/sharetx/kip1289"
+	"github.com/sharetx/sharetx/staging"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -73,8 +74,14 @@ func (e *KIP1289) TxnHook(r *Request) Action {
 		return Action{Close: "unauthenticated_txn_share_acknowledge"}
 	}
 	ident := e.identOf(r.Conn)
+	ctx := staging.WithCaller(e.ctx, r.Conn)
+	if s := e.stager.Load(); s != nil && req.RideProduce && req.TransactionalID != nil {
+		// Announced here, on the read loop: the Produce the client sends
+		// right after the call may be read before the call is validated.
+		ctx = s.Announce(ctx, *req.TransactionalID)
+	}
 	return Action{Async: func() kmsg.Response {
-		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		resp := e.stage(ctx, req, ident)
 		resp.APIKey = e.key

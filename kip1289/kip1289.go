@@ -67,7 +67,17 @@ type TxnShareAcknowledgeRequest struct {
 	MemberID        string
 	MemberEpoch     int32
 	Topics          []TxnShareAcknowledgeTopic
+
+	// RideProduce (a sharetx extension, tagged field RideProduceTag, never
+	// sent by the KIP's client): the caller is about to flush records of
+	// this transaction, so the proxy may write the shadow record inside
+	// that Produce instead of a write of its own (docs/protocol.md).
+	RideProduce bool
 }
+
+// RideProduceTag is the top-level tagged field of RideProduce: far above
+// any tag the KIP may define.
+const RideProduceTag = 10000
 
 // TxnShareAcknowledgeTopic is one topic of a request.
 type TxnShareAcknowledgeTopic struct {
@@ -184,6 +194,12 @@ func (r *TxnShareAcknowledgeRequest) AppendTo(b []byte) []byte {
 		}
 		b = noTags(b)
 	}
+	if r.RideProduce {
+		b = kbin.AppendUvarint(b, 1) // one tagged field
+		b = kbin.AppendUvarint(b, RideProduceTag)
+		b = kbin.AppendUvarint(b, 1) // its size
+		return append(b, 1)
+	}
 	return noTags(b)
 }
 
@@ -229,7 +245,12 @@ func (r *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		}
 		d.skipTags()
 	}
-	d.skipTags()
+	r.RideProduce = false
+	d.eachTag(func(tag uint32, v []byte) {
+		if tag == RideProduceTag && len(v) == 1 {
+			r.RideProduce = v[0] != 0
+		}
+	})
 	return d.complete()
 }
 
@@ -317,16 +338,22 @@ func (d *reader) str() string {
 	return *s
 }
 
-func (d *reader) skipTags() {
+func (d *reader) skipTags() { d.eachTag(func(uint32, []byte) {}) }
+
+// eachTag reads a tagged-field section, handing each field to f.
+func (d *reader) eachTag(f func(tag uint32, v []byte)) {
 	n := d.Uvarint()
 	for i := uint32(0); i < n && d.Ok(); i++ {
-		d.Uvarint() // tag
+		tag := d.Uvarint()
 		size := d.Uvarint()
 		if int64(size) > int64(len(d.Src)) {
 			d.fail()
 			return
 		}
-		d.Span(int(size))
+		v := d.Span(int(size))
+		if d.Ok() {
+			f(tag, v)
+		}
 	}
 }
 

@@ -180,3 +180,26 @@ func TestEveryTruncationFails(t *testing.T) {
 		}
 	}
 }
+
+// TestRideProduceTag: the sharetx extension is the request's only tagged
+// field (tag RideProduceTag, one byte), and the reference layout is
+// unchanged without it (the KIP's client never sends it).
+func TestRideProduceTag(t *testing.T) {
+	r := referenceRequest()
+	r.RideProduce = true
+	b := r.AppendTo(nil)
+	ref := referenceRequestBytes()
+	want := append(append([]byte(nil), ref[:len(ref)-1]...), 1) // one tagged field
+	want = binary.AppendUvarint(want, RideProduceTag)
+	want = append(want, 1, 1)
+	if !bytes.Equal(b, want) {
+		t.Fatalf("encoded\n%x\nwant\n%x", b, want)
+	}
+	var got TxnShareAcknowledgeRequest
+	if err := got.ReadFrom(b); err != nil || !got.RideProduce {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	if err := got.ReadFrom(ref); err != nil || got.RideProduce {
+		t.Fatalf("the reference layout decoded with the flag: %+v, %v", got, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sharetx/sharetx/kip1289"
@@ -53,12 +54,17 @@ type Stager struct {
 	partitions int32 // of the shadow topic
 	proxyID    string
 	log        *slog.Logger
+
+	mu    sync.Mutex
+	rides map[string]*Ride // by transactional id: calls waiting for their transaction's Produce
+
+	inFlight func(txnID string, pid int64, epoch int16) <-chan struct{} // SetInFlight
 }
 
 // NewStager stages into ledger, writing shadow records with w into a shadow
 // topic of partitions partitions; proxyID names this process in them.
 func NewStager(ledger *Ledger, w ShadowWriter, partitions int32, proxyID string, log *slog.Logger) *Stager {
-	return &Stager{ledger: ledger, writer: w, partitions: partitions, proxyID: proxyID, log: log}
+	return &Stager{ledger: ledger, writer: w, partitions: partitions, proxyID: proxyID, log: log, rides: map[string]*Ride{}}
 }
 
 // Staged is a call the Stager staged: where its shadow record is, to be
@@ -66,12 +72,16 @@ func NewStager(ledger *Ledger, w ShadowWriter, partitions int32, proxyID string,
 type Staged struct {
 	Loc  Loc
 	Call *Call
+	Rode bool // the shadow record rode in the client's Produce (ride.go)
 }
 
 // Stage answers a TxnShareAcknowledge from principal ident: all or
 // nothing. On success the answer is OK and Staged is set.
 func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest, ident string) (*kip1289.TxnShareAcknowledgeResponse, *Staged) {
 	l := s.ledger
+	if r := announced(ctx); r != nil {
+		defer s.withdraw(r) // whatever became of the call, it offers nothing after it
+	}
 	resp, call := l.validateAndReserve(req, ident)
 	if resp != nil {
 		return resp, nil
@@ -82,7 +92,16 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	}
 	rec.Topics = req.Topics // the request's acknowledgements, as they came
 	part := ShadowPartitionFor(call.txnID, s.partitions)
-	off, err := s.writer.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
+	var off int64
+	var err error
+	rode := false
+	if req.RideProduce {
+		part, off, err, rode = s.ride(ctx, call, rec, part)
+	}
+	if !rode {
+		part = ShadowPartitionFor(call.txnID, s.partitions)
+		off, err = s.writer.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
+	}
 	if err != nil {
 		l.unstage(call)
 		s.log.Info("TxnShareAcknowledge: the shadow write failed", "txn", call.txnID, "err", err)
@@ -90,7 +109,7 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	}
 	loc := Loc{int64(part), off}
 	l.markPending(call, loc, rec)
-	return okResponse(req), &Staged{Loc: loc, Call: call}
+	return okResponse(req), &Staged{Loc: loc, Call: call, Rode: rode}
 }
 
 // MarkFresh tells the shadow writer that the coordinator just gave

@@ -505,3 +505,115 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Riding: the shadow record inside the client's own Produce
+// (docs/design.md §4.4). A Reservation is the next batch of one producer on
+// one shadow partition, its sequence taken and held until Done, Retry,
+// Unknown or Cancel settles it (once; later calls do nothing).
+type Reservation struct {
+	w         *Writer
+	s         *seqState
+	txnID     string
+	pid       int64
+	epoch     int16
+	seq       int32
+	value     []byte
+	Partition int32
+	TopicID   [16]byte
+	Topic     string
+	Batch     []byte // the record batch to append to the client's Produce
+	settled   bool   // guarded by s.mu's holder (the reservation)
+}
+
+// Reserve takes the next sequence of (producerID, a shadow partition led by
+// node) for the record rec, preferring partition prefer and never taking
+// avoid (the touch partition), or reports false: no partition led by node,
+// the partition busy with a write, or an epoch this Writer has no sequence
+// for without asking the leader (only fresh epochs and epochs it wrote
+// ride; the rest are written on their own).
+func (w *Writer) Reserve(txnID string, producerID int64, epoch int16, node, prefer, avoid int32, rec *ShadowRecord) (*Reservation, bool) {
+	if v := w.cl.OptValue(kgo.RequiredAcks); v != kgo.AllISRAcks() || rec.Validate() != nil {
+		return nil, false
+	}
+	w.mu.Lock()
+	p, found := int32(-1), false
+	if l, ok := w.leaders[prefer]; ok && l == node && prefer != avoid {
+		p, found = prefer, true
+	} else {
+		for q, l := range w.leaders {
+			if l == node && q != avoid && (!found || q < p) {
+				p, found = q, true
+			}
+		}
+	}
+	topicID := w.topicID
+	w.mu.Unlock()
+	if !found {
+		return nil, false
+	}
+	s := w.state(producerID, p)
+	if !s.mu.TryLock() {
+		return nil, false
+	}
+	same := s.init && epoch == s.epoch
+	var seq int32
+	switch {
+	case same && s.known && !s.poisoned:
+		seq = s.next
+	case !same && w.isFresh(producerID, epoch):
+		seq = 0
+	default:
+		s.mu.Unlock()
+		return nil, false
+	}
+	var value []byte
+	if len(w.key) > 0 {
+		value = rec.AppendSigned(nil, w.key)
+	} else {
+		value = rec.AppendTo(nil)
+	}
+	return &Reservation{w: w, s: s, txnID: txnID, pid: producerID, epoch: epoch, seq: seq, value: value,
+		Partition: p, TopicID: topicID, Topic: w.topic,
+		Batch: AppendRecordBatch(nil, producerID, epoch, seq, time.Now().UnixMilli(), value)}, true
+}
+
+// settle moves the sequence state as a write of the reservation's batch
+// that ended with err (nil: appended) does, and releases it.
+func (r *Reservation) settle(err error) {
+	if r.settled {
+		return
+	}
+	r.settled = true
+	s := r.s
+	newer := !s.init || r.epoch >= s.epoch
+	switch {
+	case err == nil && newer:
+		s.init, s.epoch, s.known, s.next, s.poisoned = true, r.epoch, true, r.seq+1, false
+	case errors.Is(err, ErrOutcomeUnknown) && newer:
+		s.init, s.epoch, s.known, s.poisoned = true, r.epoch, false, true
+	}
+	s.mu.Unlock()
+}
+
+// Done: the broker appended the batch.
+func (r *Reservation) Done() { r.settle(nil) }
+
+// Cancel: the batch was never sent.
+func (r *Reservation) Cancel() { r.settle(errors.New("not sent")) }
+
+// Unknown: the batch was sent and never answered; later writes of the
+// epoch on the partition fail (ErrOutcomeUnknown).
+func (r *Reservation) Unknown() { r.settle(ErrOutcomeUnknown) }
+
+// Retry sends the batch's sequence again on the Writer's own connection,
+// after the Produce it rode on answered a retriable error for it (the
+// broker deduplicates a batch it already has), and settles the
+// reservation by its outcome.
+func (r *Reservation) Retry(ctx context.Context) (int64, error) {
+	if r.settled {
+		return -1, &WriteError{Topic: r.Topic, Partition: r.Partition, Err: errors.New("reservation already settled")}
+	}
+	off, err := r.w.produce(ctx, r.txnID, r.pid, r.epoch, r.Partition, r.seq, r.value)
+	r.settle(err)
+	return off, err
+}

@@ -407,3 +407,72 @@ func TestWriterFreshEpochSkipsDescribeProducers(t *testing.T) {
 		t.Fatalf("shadow %d, want 2", len(got[shadowTopic]))
 	}
 }
+
+// TestReservationRides: a reserved batch sent inside another Produce of the
+// transaction (as the proxy splices it into the client's) is appended and
+// commits with it; Done moves the sequence on, so the next Write follows
+// it; a cancelled reservation leaves the sequence where it was; one whose
+// Produce failed retriably is resent with its sequence (Retry); epochs the
+// writer has no sequence for do not ride.
+func TestReservationRides(t *testing.T) {
+	e := newEnv(t)
+	const txn = "txn-ride"
+	p, pid, epoch := e.producer(txn, "d1")
+	sp := ShadowPartitionFor(txn, e.n)
+	node := e.w.leaders[sp]
+	if _, ok := e.w.Reserve(txn, pid, epoch, node, sp, -1, rec(txn, pid, epoch, 1)); ok {
+		t.Fatal("an epoch not marked fresh rode (its first sequence is unknown)")
+	}
+	e.w.MarkFresh(pid, epoch)
+	if _, ok := e.w.Reserve(txn, pid, epoch, node+100, sp, -1, rec(txn, pid, epoch, 1)); ok {
+		t.Fatal("reserved on a broker that leads no shadow partition")
+	}
+	// Cancelled: sequence 0 is still next.
+	res, ok := e.w.Reserve(txn, pid, epoch, node, sp, -1, rec(txn, pid, epoch, 1))
+	if !ok || res.Partition != sp {
+		t.Fatalf("reserve: %v %+v", ok, res)
+	}
+	if _, ok := e.w.Reserve(txn, pid, epoch, node, sp, -1, rec(txn, pid, epoch, 1)); ok {
+		t.Fatal("a second reservation while the first is open")
+	}
+	res.Cancel()
+	// Sent inside a Produce of the proxy's test client, as a ride is.
+	res, ok = e.w.Reserve(txn, pid, epoch, node, sp, -1, rec(txn, pid, epoch, 2))
+	if !ok {
+		t.Fatal("reserve after cancel")
+	}
+	req := kmsg.NewPtrProduceRequest()
+	req.TransactionID, req.Acks, req.TimeoutMillis = kmsg.StringPtr(txn), -1, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic, rt.TopicID = res.Topic, res.TopicID
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition, rp.Records = res.Partition, res.Batch
+	rt.Partitions = []kmsg.ProduceRequestTopicPartition{rp}
+	req.Topics = []kmsg.ProduceRequestTopic{rt}
+	kresp, err := e.w.cl.Broker(int(node)).Request(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := kresp.(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("the reserved batch was refused: %d", code)
+	}
+	res.Done()
+	// The next write continues the sequence (a repeated 0 would be dropped
+	// as a duplicate and the record lost).
+	if _, err := e.w.Write(e.ctx, txn, pid, epoch, sp, rec(txn, pid, epoch, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// Retry: the reservation's sequence written on the writer's own.
+	res, ok = e.w.Reserve(txn, pid, epoch, node, sp, -1, rec(txn, pid, epoch, 4))
+	if !ok {
+		t.Fatal("reserve for retry")
+	}
+	if _, err := res.Retry(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	res.Done() // settled already: nothing happens
+	e.end(p, true)
+	if n := shadowCount(t, e.committed(sp)[shadowTopic]); n != 3 {
+		t.Fatalf("%d shadow records committed, want 3 (ride, write, retry)", n)
+	}
+}

@@ -135,6 +135,12 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 	add("proxy: ShareAcknowledge request work", "sharetx_intercept_seconds", `api="ShareAcknowledge"`, `direction="request"`)
 	add("proxy: Produce request work", "sharetx_intercept_seconds", `api="Produce"`, `direction="request"`)
 	add("proxy: commit → applied", "sharetx_commit_to_applied_seconds")
+	for _, path := range []string{"rode", "own"} {
+		series := `sharetx_shadow_writes_total{path="` + path + `"}`
+		if n := after[series] - before[series]; n > 0 {
+			b["proxy: shadow records "+map[string]string{"rode": "riding the outputs' Produce", "own": "written on their own"}[path]] = budgetItem{PerTxn: n / float64(txns)}
+		}
+	}
 }
 
 // histogramWhere is histogram for the series of name whose labels include
@@ -207,9 +213,13 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 				cell := "–"
 				if ok {
 					any = true
-					cell = fmt.Sprintf("%s / %s", f2(it.P50Ms), f2(it.P99Ms))
-					if strings.HasPrefix(n, "req ") || strings.HasPrefix(n, "proxy:") {
-						cell += fmt.Sprintf(" ×%s", f2(it.PerTxn))
+					switch {
+					case strings.HasPrefix(n, "proxy: shadow records"):
+						cell = fmt.Sprintf("×%s", f2(it.PerTxn)) // a count, no time
+					case strings.HasPrefix(n, "req ") || strings.HasPrefix(n, "proxy:"):
+						cell = fmt.Sprintf("%s / %s ×%s", f2(it.P50Ms), f2(it.P99Ms), f2(it.PerTxn))
+					default:
+						cell = fmt.Sprintf("%s / %s", f2(it.P50Ms), f2(it.P99Ms))
 					}
 				}
 				line += "\t" + cell
@@ -260,7 +270,7 @@ func medianItem(runs []*pipelineResult, mode string, batch int, name string) (bu
 	}
 	it := budgetItem{PerTxn: med(func(i budgetItem) float64 { return i.PerTxn }),
 		P50Ms: med(func(i budgetItem) float64 { return i.P50Ms }), P99Ms: med(func(i budgetItem) float64 { return i.P99Ms })}
-	if math.IsNaN(it.P50Ms) {
+	if math.IsNaN(it.P50Ms) || it.PerTxn == 0 {
 		return budgetItem{}, false
 	}
 	return it, true
