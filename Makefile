@@ -80,14 +80,14 @@ test-kfake:
 	go test $(GO_TEST_FLAGS) ./...
 
 fuzz:
-	go test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME) ./proxy
-	go test -run '^$$' -fuzz '^FuzzParseRequestHeader$$' -fuzztime $(FUZZTIME) ./proxy
-	go test -run '^$$' -fuzz '^FuzzRewriters$$' -fuzztime $(FUZZTIME) ./intercept
-	go test -run '^$$' -fuzz '^FuzzProduceTxn$$' -fuzztime $(FUZZTIME) ./intercept
-	go test -run '^$$' -fuzz '^FuzzClientAcks$$' -fuzztime $(FUZZTIME) ./staging
-	go test -run '^$$' -fuzz '^FuzzTxnShareAcknowledge$$' -fuzztime $(FUZZTIME) ./kip1289
-	go test -run '^$$' -fuzz '^FuzzDecodeShadowRecord$$' -fuzztime $(FUZZTIME) ./staging
-	go test -run '^$$' -fuzz '^FuzzResolver$$' -fuzztime $(FUZZTIME) ./markers
+	.ci/fuzz FuzzReadFrame ./proxy $(FUZZTIME)
+	.ci/fuzz FuzzParseRequestHeader ./proxy $(FUZZTIME)
+	.ci/fuzz FuzzRewriters ./intercept $(FUZZTIME)
+	.ci/fuzz FuzzProduceTxn ./intercept $(FUZZTIME)
+	.ci/fuzz FuzzClientAcks ./staging $(FUZZTIME)
+	.ci/fuzz FuzzTxnShareAcknowledge ./kip1289 $(FUZZTIME)
+	.ci/fuzz FuzzDecodeShadowRecord ./staging $(FUZZTIME)
+	.ci/fuzz FuzzResolver ./markers $(FUZZTIME)
 
 kafka-up:
 	@$(KAFKA) up
