@@ -43,11 +43,10 @@ func produceHook(env *Env, r *Request) Action {
 		if act := env.KIP.relayTouch(r, t); act != nil {
 			return *act
 		}
+		env.KIP.produces.start(t)
 		if act := env.KIP.rideOn(r, t); act != nil {
-			env.KIP.produces.start(t)
 			return *act
 		}
-		env.KIP.produces.start(t)
 		return Action{State: t}
 	}
 	return Action{}
@@ -66,9 +65,9 @@ func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
 	}
 	if t, ok := state.(produceTxnState); ok {
 		env.KIP.produces.done(t)
-	}
-	if t, ok := state.(produceTxnState); ok && produceOK(resp) {
-		env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
+		if produceOK(resp) {
+			env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
+		}
 	}
 	return changed
 }

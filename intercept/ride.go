@@ -27,8 +27,8 @@ type rideState struct {
 // action, or nil to forward the request as it came.
 func (e *KIP1289) rideOn(r *Request, t produceTxnState) *Action {
 	s := e.stager.Load()
-	if s == nil || r.Version < 12 {
-		return nil
+	if s == nil || r.Version < 12 || !s.Waiting(t.txnID) {
+		return nil // the common case: a map lookup, nothing walked
 	}
 	body := r.Body()
 	if acks, err := produceAcks(body, r.Version, true); err != nil || acks != -1 {

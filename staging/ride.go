@@ -108,6 +108,14 @@ func (s *Stager) withdraw(r *Ride) {
 	r.markReady()
 }
 
+// Waiting reports whether a call of txnID is announced or waiting for a
+// ride (a cheap look before a Produce is examined).
+func (s *Stager) Waiting(txnID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rides[txnID] != nil
+}
+
 // TakeRide hands the Produce hook the ride waiting for transaction txnID at
 // producer id and epoch, with its batch reserved for a shadow partition led
 // by node, or nil. An announced call not validated yet is waited for, at
