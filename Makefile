@@ -36,7 +36,12 @@ vet:
 #   the short chaos runs (e2e/chaos: workers and proxies killed with kill -9
 #   under load, Go and Java workers, counted exactly-once) and the two-minute
 #   soak; at the same time, the Java library with kafka-clients 4.2.2 against
-#   Kafka 4.2.2 (a one-node cluster of its own);
+#   Kafka 4.2.2 (a one-node cluster of its own). The two packages of that
+#   pass run one after the other (-p 1): ./e2e's failover tests kill -9 and
+#   restart brokers of the cluster the chaos runs use, a fault those runs
+#   neither inject nor expect (CI, once: a worker-kill phase stalled at
+#   285/300 after both its workers lost their group coordinator at the same
+#   moment, most likely to such a restart);
 # - a short fuzz of every decoder.
 # The three-node cluster is left running; `make kafka-down` stops it.
 # Each part is timed (.ci/step); the table of what each took, and the wall
@@ -53,7 +58,7 @@ test:
 	@$(STEP) "Java library through a proxy (Kafka x1)" $(MAKE) --no-print-directory test-java
 	@$(STEP) "Java library, zero-config start" $(MAKE) --no-print-directory test-java-embedded
 	@$(STEP) --together \
-	  "Go, Kafka x3: three-broker tests, chaos, soak" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e ./e2e/chaos'" \
+	  "Go, Kafka x3: three-broker tests, chaos, soak (one package at a time)" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e/chaos ./e2e' GO_TEST_FLAGS='$(GO_TEST_FLAGS) -p 1'" \
 	  "Java library, kafka-clients 4.2.2 / Kafka 4.2.2" "$(MAKE) --no-print-directory test-java-compat"
 	@$(STEP) "fuzz every decoder (5 s each)" $(MAKE) --no-print-directory fuzz FUZZTIME=5s
 	@$(STEP) --table

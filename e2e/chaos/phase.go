@@ -326,6 +326,7 @@ func (p *phase) teardown() {
 func (p *phase) verify() PhaseResult {
 	if p.failed {
 		p.res.Judge()
+		p.evidence()
 		return p.res
 	}
 	o := p.r.o
@@ -370,6 +371,9 @@ func (p *phase) verify() PhaseResult {
 	sort.Strings(p.res.UnackedIDs)
 	p.diagnose()
 	p.res.Judge()
+	if !p.res.Pass {
+		p.evidence()
+	}
 	p.say("verified: in %d, out %d, duplicates %d, lost %d, unacked %d (handed to a fresh member: %d, %d of them in the output; group lag %d), unexpected %d",
 		p.res.In, p.res.Out, p.res.Duplicates, p.res.Lost, p.res.Unacked, len(unacked), p.res.UnackedCommitted, lag, p.res.Unexpected)
 	return p.res
