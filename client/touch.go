@@ -12,15 +12,6 @@ import (
 )
 
 const (
-	// touchValue and touchHeader mark the touch record a transaction's
-	// first SendShareAcknowledgementsToTransaction produces to the shadow
-	// topic (on kip1289.TouchPartition, never the partition the proxy
-	// writes its own shadow records for the transactional id to, so the two
-	// never share producer sequence numbers); the proxy ignores such
-	// records.
-	touchValue  = "sharetx-touch"
-	touchHeader = "sharetx" // header value "touch"
-
 	shadowCacheTTL   = time.Minute
 	shadowWaitMax    = 10 * time.Second
 	shadowWaitBackof = 200 * time.Millisecond
@@ -105,12 +96,17 @@ func (p *Producer) ensureTouched(ctx context.Context) (int64, int16, error) {
 	if n < 2 {
 		return 0, 0, fmt.Errorf("sharetx: shadow topic %q has %d partition(s); it needs at least 2 so the touch record never shares a partition with the proxy's shadow records", p.shadowTopic, n)
 	}
+	// The touch record: on kip1289.TouchPartition, never the partition the
+	// proxy writes its own shadow records for the transactional id to (the
+	// two would share producer sequence numbers), one record with the touch
+	// header. The proxy relays exactly that and refuses anything else
+	// written to the shadow topic.
 	part := kip1289.TouchPartition(p.txnID, n)
 	r := &kgo.Record{
 		Topic:     p.shadowTopic,
 		Partition: part,
-		Value:     []byte(touchValue),
-		Headers:   []kgo.RecordHeader{{Key: touchHeader, Value: []byte("touch")}},
+		Value:     []byte(kip1289.TouchValue),
+		Headers:   []kgo.RecordHeader{{Key: kip1289.TouchHeader, Value: []byte(kip1289.TouchHeaderValue)}},
 	}
 	if err := p.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 		return 0, 0, fmt.Errorf("sharetx: producing the transaction's touch record to %s[%d] (is the producer in a transaction?): %w", p.shadowTopic, part, err)

@@ -161,6 +161,14 @@ type Limits struct {
 	// listeners; past it a new connection is closed as soon as it is
 	// accepted.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerSource caps the client connections open at once from
+	// one source address (its IP); past it a new connection from there is
+	// closed as soon as it is accepted.
+	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
+	// MaxConnectionsPerPrincipal caps the client connections open at once
+	// that authenticated (SASL) as one principal; past it a connection is
+	// closed once its authentication is answered.
+	MaxConnectionsPerPrincipal int `yaml:"max_connections_per_principal"`
 	// MaxBufferedResponseBytes bounds, per connection, the bytes of
 	// responses read from the broker and not yet written to the client;
 	// at it the proxy stops reading from the broker until the client reads
@@ -180,6 +188,11 @@ type Timeouts struct {
 	// ClientIdle closes a client connection that sent nothing for this long
 	// and has nothing in flight; 0 never does (Kafka's default is 10m).
 	ClientIdle time.Duration `yaml:"client_idle"`
+	// ClientAuthenticate closes a client connection that has not sent its
+	// first request within this long of being accepted or, when the
+	// upstream requires SASL (upstream.sasl is set), has not completed its
+	// authentication within it; 0 never does.
+	ClientAuthenticate time.Duration `yaml:"client_authenticate"`
 }
 
 // Metrics is the Prometheus / health endpoint.
@@ -216,15 +229,18 @@ func Default() Config {
 			MetadataRefresh: 30 * time.Second,
 		},
 		Limits: Limits{
-			MaxFrameBytes:            100 << 20,
-			MaxInFlight:              128,
-			MaxConnections:           10000,
-			MaxBufferedResponseBytes: 64 << 20,
-			MaxDecodedRequestBytes:   1 << 20,
+			MaxFrameBytes:              100 << 20,
+			MaxInFlight:                128,
+			MaxConnections:             10000,
+			MaxConnectionsPerSource:    1000,
+			MaxConnectionsPerPrincipal: 1000,
+			MaxBufferedResponseBytes:   64 << 20,
+			MaxDecodedRequestBytes:     1 << 20,
 		},
 		Timeouts: Timeouts{
-			ShutdownGrace: 10 * time.Second,
-			ClientIdle:    10 * time.Minute,
+			ShutdownGrace:      10 * time.Second,
+			ClientIdle:         10 * time.Minute,
+			ClientAuthenticate: 10 * time.Second,
 		},
 		Metrics:  Metrics{Address: "127.0.0.1:9644"},
 		Log:      Log{Level: "info", Format: "text"},
@@ -504,6 +520,12 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxConnections < 1 || c.Limits.MaxConnections > 1_000_000 {
 		return errorf("limits.max_connections", "%d is outside 1..1000000", c.Limits.MaxConnections)
 	}
+	if c.Limits.MaxConnectionsPerSource < 1 || c.Limits.MaxConnectionsPerSource > 1_000_000 {
+		return errorf("limits.max_connections_per_source", "%d is outside 1..1000000 (default 1000; above limits.max_connections it changes nothing)", c.Limits.MaxConnectionsPerSource)
+	}
+	if c.Limits.MaxConnectionsPerPrincipal < 1 || c.Limits.MaxConnectionsPerPrincipal > 1_000_000 {
+		return errorf("limits.max_connections_per_principal", "%d is outside 1..1000000 (default 1000; above limits.max_connections it changes nothing)", c.Limits.MaxConnectionsPerPrincipal)
+	}
 	if c.Limits.MaxBufferedResponseBytes < 1024 || c.Limits.MaxBufferedResponseBytes > 1<<40 {
 		return errorf("limits.max_buffered_response_bytes", "%d is outside 1024..1099511627776 (default 67108864)", c.Limits.MaxBufferedResponseBytes)
 	}
@@ -515,6 +537,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Timeouts.ClientIdle < 0 {
 		return errorf("timeouts.client_idle", "must not be negative (0 disables)")
+	}
+	if c.Timeouts.ClientAuthenticate < 0 {
+		return errorf("timeouts.client_authenticate", "must not be negative (0 disables)")
 	}
 	if c.Metrics.Address != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/staging"
 )
 
@@ -579,11 +580,208 @@ func TestAttackTouchNeedsNoShadowWrite(t *testing.T) {
 		if err := producer.BeginTransaction(); err != nil {
 			t.Fatal(err)
 		}
-		if err := producer.ProduceSync(ctx, &kgo.Record{Topic: s.shadow, Partition: touchPart, Value: []byte("sharetx-touch")}).FirstErr(); err != nil {
+		if err := producer.ProduceSync(ctx, touchRecord(s.shadow, touchPart)).FirstErr(); err != nil {
 			t.Fatalf("alice's touch record through the proxy: %v", err)
 		}
 		if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			t.Fatalf("committing the touched transaction: %v", err)
 		}
+	})
+}
+
+// touchRecord is the Go and Java libraries' touch record on partition.
+func touchRecord(shadow string, partition int32) *kgo.Record {
+	return &kgo.Record{Topic: shadow, Partition: partition, Value: []byte(kip1289.TouchValue),
+		Headers: []kgo.RecordHeader{{Key: kip1289.TouchHeader, Value: []byte(kip1289.TouchHeaderValue)}}}
+}
+
+// TestAttackShadowTopicTakesOnlyTouches: through the proxy, the shadow topic
+// takes a transaction's own touch record and nothing else, whoever writes:
+// alice (no WRITE there; the proxy relays with its own credentials) gets
+// TOPIC_AUTHORIZATION_FAILED for a record that is not a touch, for a touch
+// on her transaction's shadow partition (whose sequence numbers the proxy's
+// writer owns) and for a big one; mallory, whom the ACLs let write there,
+// gets it too for a plain write. The refused writes reach no partition:
+// the shadow topic holds only alice's committed touch afterwards.
+func TestAttackShadowTopicTakesOnlyTouches(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx := ctxT(t, 2*time.Minute)
+		shadowPart := staging.ShadowPartitionFor(s.txn[secAlice], 2)
+		touchPart := 1 - shadowPart
+		before := endOffsets(t, s.admin, s.shadow)
+		producer := s.p.NewClient(t, &DialRecorder{}, secAuth(secAlice), kgo.TransactionalID(s.txn[secAlice]),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(2))
+		refused := map[string]*kgo.Record{
+			"not a touch":                     {Topic: s.shadow, Partition: touchPart, Value: []byte("x")},
+			"a touch on the shadow partition": touchRecord(s.shadow, shadowPart),
+			"a big touch":                     {Topic: s.shadow, Partition: touchPart, Value: make([]byte, 600<<10), Headers: touchRecord(s.shadow, 0).Headers},
+		}
+		for name, r := range refused {
+			if err := producer.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := producer.ProduceSync(ctx, r).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+				t.Errorf("alice, %s: %v, want TOPIC_AUTHORIZATION_FAILED", name, err)
+			}
+			if err := producer.EndTransaction(ctx, kgo.TryAbort); err != nil {
+				t.Fatalf("aborting after %s: %v", name, err)
+			}
+		}
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := producer.ProduceSync(ctx, touchRecord(s.shadow, touchPart)).FirstErr(); err != nil {
+			t.Fatalf("alice's touch after the refusals: %v", err)
+		}
+		if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatalf("committing the touched transaction: %v", err)
+		}
+		mallory := s.p.NewClient(t, &DialRecorder{}, secAuth(secMallory), kgo.DisableIdempotentWrite(),
+			kgo.RequiredAcks(kgo.LeaderAck()), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(1))
+		for p := int32(0); p < 2; p++ {
+			if err := mallory.ProduceSync(ctx, touchRecord(s.shadow, p)).FirstErr(); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+				t.Errorf("mallory's plain write to shadow partition %d through the proxy: %v, want TOPIC_AUTHORIZATION_FAILED", p, err)
+			}
+		}
+		after := endOffsets(t, s.admin, s.shadow)
+		if got := after[shadowPart] - before[shadowPart]; got != 0 {
+			t.Errorf("the shadow partition grew by %d offsets: a refused write got through", got)
+		}
+		// The touch and its commit marker; the aborted transactions wrote
+		// nothing there, so they have no markers on it either.
+		if got := after[touchPart] - before[touchPart]; got != 2 {
+			t.Errorf("the touch partition grew by %d offsets, want 2 (the touch and its commit marker)", got)
+		}
+	})
+}
+
+// endOffsets is the end offset of each partition of topic.
+func endOffsets(t *testing.T, cl *kgo.Client, topic string) map[int32]int64 {
+	t.Helper()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctxT(t, 30*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// TestAttackOnePrincipalTakesNoOthersConnections: mallory holds every
+// connection limits.max_connections_per_principal lets her authenticate
+// (and more that never authenticate); her next authenticated connection is
+// closed once its authentication is answered, while alice still connects,
+// authenticates and is served. The connections that never authenticated
+// are closed at timeouts.client_authenticate.
+func TestAttackOnePrincipalTakesNoOthersConnections(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		p := StartProxy(t, s.seeds, func(c *configs.Config) {
+			c.Upstream.SASL = configs.SASL{Mechanism: "PLAIN", Username: secProxy, Password: secProxyPass}
+			c.KIP1289.ShadowTopic = s.shadow
+			c.KIP1289.ShadowPartitions = 2
+			c.Limits.MaxConnectionsPerPrincipal = 3
+			c.Timeouts.ClientAuthenticate = 2 * time.Second
+		})
+		var silent []net.Conn
+		for range 5 { // connected, never a byte sent
+			c, err := net.Dial("tcp", p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			silent = append(silent, c)
+		}
+		var held []net.Conn
+		for i := range 3 {
+			c := saslDial(t, p.Addr, secMallory)
+			roundTrip(t, c, int32(10+i))
+			held = append(held, c)
+		}
+		extra := saslDial(t, p.Addr, secMallory) // authenticated, then closed
+		expectClosed(t, extra)
+		Wait(t, 10*time.Second, "connections_closed_total{reason=max_connections_per_principal}", func() bool {
+			return closedCount(p, "max_connections_per_principal") >= 1
+		})
+		if n := closedCount(p, "max_connections_per_principal"); n != 1 {
+			t.Errorf("connections_closed_total{reason=max_connections_per_principal} = %v, want 1", n)
+		}
+		if !p.Logs.Contains("limits.max_connections_per_principal") {
+			t.Error("no log line naming limits.max_connections_per_principal")
+		}
+		alice := saslDial(t, p.Addr, secAlice)
+		roundTrip(t, alice, 20)
+		metadata := p.NewClient(t, &DialRecorder{}, secAuth(secAlice))
+		if _, err := kadm.NewClient(metadata).BrokerMetadata(ctxT(t, 30*time.Second)); err != nil {
+			t.Fatalf("alice's client while mallory holds her share: %v", err)
+		}
+		for i, c := range held { // still served: her share, not more
+			roundTrip(t, c, int32(30+i))
+		}
+		for _, c := range silent {
+			expectClosed(t, c)
+		}
+		Wait(t, 10*time.Second, "connections_closed_total{reason=unauthenticated_timeout}", func() bool {
+			return closedCount(p, "unauthenticated_timeout") >= 5
+		})
+		// A place given back is taken again.
+		held[0].Close()
+		Wait(t, 10*time.Second, "mallory's closed connection to be counted out", func() bool {
+			c := saslDial(t, p.Addr, secMallory)
+			c.Write(rawRequest(kmsg.ApiVersions.Int16(), 0, 40, nil))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err := readResponse(c)
+			c.Close()
+			return err == nil
+		})
+	})
+}
+
+// TestAttackAnotherMembersSession: bob may read the group, so the broker
+// would let him use any member id of it: close alice's share session with
+// a ShareFetch of epoch -1 (her acquired records released, and handed out
+// again after she commits them) or make her leave with a heartbeat. The
+// proxy knows the member is alice's and answers GROUP_AUTHORIZATION_FAILED
+// without forwarding; alice's session is untouched and her staged
+// acknowledgements commit.
+func TestAttackAnotherMembersSession(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx, a, recs, _, _ := s.aliceStarted(t, 3)
+		bob := s.app(t, secBob)
+		bob.consumer.PollRecords(ctxT(t, 3*time.Second), 1) // bob is a member of the group too
+		m := s.member(t, ctx, a)
+		c := saslDial(t, s.leaderAddr(t, ctx), secBob)
+		code := func(what string, frame []byte, decode func([]byte) (int16, error)) {
+			t.Helper()
+			c.Write(frame)
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			f, err := readResponse(c)
+			if err != nil {
+				t.Fatalf("%s: no answer: %v", what, err)
+			}
+			got, err := decode(f[5:])
+			if err != nil || got != kerr.GroupAuthorizationFailed.Code {
+				t.Fatalf("%s: error code %d (%v), want GROUP_AUTHORIZATION_FAILED", what, got, err)
+			}
+		}
+		fetch := kmsg.NewPtrShareFetchRequest()
+		fetch.Version = 1
+		fetch.GroupID, fetch.MemberID, fetch.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), -1
+		code("bob's ShareFetch closing alice's session", rawRequest(fetch.Key(), 1, 1, fetch.AppendTo(nil)), func(b []byte) (int16, error) {
+			r := kmsg.NewPtrShareFetchResponse()
+			r.Version = 1
+			err := r.ReadFrom(b)
+			return r.ErrorCode, err
+		})
+		hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+		hb.Version = 1
+		hb.GroupID, hb.MemberID, hb.MemberEpoch = s.group, m.member, -1
+		code("bob's heartbeat leaving as alice", rawRequest(hb.Key(), 1, 2, hb.AppendTo(nil)), func(b []byte) (int16, error) {
+			r := kmsg.NewPtrShareGroupHeartbeatResponse()
+			r.Version = 1
+			err := r.ReadFrom(b)
+			return r.ErrorCode, err
+		})
+		bob.consumer.Close()
+		s.aliceStagesAndCommits(t, ctx, a, recs)
 	})
 }

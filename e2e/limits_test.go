@@ -197,3 +197,59 @@ func TestMaxDecodedRequestBytes(t *testing.T) {
 	})
 	metadataWorks(t, p)
 }
+
+// TestMaxConnectionsPerSource: with limits.max_connections_per_source open
+// from one address, its next connection is closed at once, with a metric,
+// while another address is still served.
+func TestMaxConnectionsPerSource(t *testing.T) {
+	b := FakeBackend(t, 1)
+	p := StartProxy(t, b.Seeds, func(c *configs.Config) { c.Limits.MaxConnectionsPerSource = 2 })
+	from := func(ip string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for i := range 2 {
+		roundTrip(t, from("127.0.0.1"), int32(i+1))
+	}
+	expectClosed(t, from("127.0.0.1"))
+	Wait(t, 10*time.Second, "connections_closed_total{reason=max_connections_per_source}", func() bool {
+		return closedCount(p, "max_connections_per_source") >= 1
+	})
+	if n := closedCount(p, "max_connections_per_source"); n != 1 {
+		t.Errorf("connections_closed_total{reason=max_connections_per_source} = %v, want 1", n)
+	}
+	if !p.Logs.Contains("limits.max_connections_per_source") {
+		t.Error("no log line naming limits.max_connections_per_source")
+	}
+	roundTrip(t, from("127.0.0.2"), 5) // another source has its own share
+}
+
+// TestClientAuthenticateDeadline: a connection that sends nothing is closed
+// at timeouts.client_authenticate; one that sent its first request (no SASL
+// upstream: nothing to authenticate) is not.
+func TestClientAuthenticateDeadline(t *testing.T) {
+	b := FakeBackend(t, 1)
+	p := StartProxy(t, b.Seeds, func(c *configs.Config) { c.Timeouts.ClientAuthenticate = 500 * time.Millisecond })
+	silent, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	talking, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer talking.Close()
+	roundTrip(t, talking, 1)
+	expectClosed(t, silent)
+	Wait(t, 10*time.Second, "connections_closed_total{reason=unauthenticated_timeout}", func() bool {
+		return closedCount(p, "unauthenticated_timeout") == 1
+	})
+	time.Sleep(time.Second) // past the deadline
+	roundTrip(t, talking, 2)
+}

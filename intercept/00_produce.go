@@ -38,11 +38,14 @@ func init() {
 
 // produceHook is the KIP-1289 engine's part of a Produce request.
 func produceHook(env *Env, r *Request) Action {
-	if t, ok := produceTxn(r.Body(), r.Version); ok {
+	t, isTxn := produceTxn(r.Body(), r.Version)
+	if isTxn {
 		t.ident = env.KIP.identOf(r.Conn)
-		if act := env.KIP.relayTouch(r, t); act != nil {
-			return *act
-		}
+	}
+	if act := env.KIP.shadowWrites(r, t, isTxn); act != nil {
+		return *act
+	}
+	if isTxn {
 		env.KIP.produces.start(t)
 		if act := env.KIP.rideOn(r, t); act != nil {
 			return *act
@@ -56,8 +59,13 @@ func produceHook(env *Env, r *Request) Action {
 func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
 	changed := false
 	if sp, ok := state.(*touchSplit); ok {
-		env.KIP.mergeRelayed(sp, resp)
-		state, changed = sp.txn, true
+		// Not counted in produces (shadowWrites returned before start):
+		// the broker's answer to the rest teaches the transaction.
+		if sp.isTxn && produceOK(resp) {
+			env.KIP.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
+		}
+		env.KIP.mergeShadow(sp, resp)
+		return true
 	}
 	if rs, ok := state.(*rideState); ok {
 		env.KIP.rideAnswered(rs, resp)

@@ -1,6 +1,9 @@
 package intercept
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // ShareGroupHeartbeat: the proxy learns member ids and epochs (a member
 // leaving answers epoch -1 and is forgotten).
@@ -11,7 +14,14 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil {
 			return Action{}
 		}
-		return Action{State: [3]string{req.GroupID, req.MemberID, env.KIP.identOf(r.Conn)}}
+		ident := env.KIP.identOf(r.Conn)
+		if env.KIP.foreignMember("ShareGroupHeartbeat", &shareState{group: req.GroupID, member: req.MemberID, ident: ident}) {
+			resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
+			resp.SetVersion(r.Version)
+			resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
+			return Action{Local: resp}
+		}
+		return Action{State: [3]string{req.GroupID, req.MemberID, ident}}
 	})
 	register(kmsg.ShareGroupHeartbeat, func(env *Env, state any, r kmsg.Response) bool {
 		gm, ok := state.([3]string)

@@ -128,6 +128,12 @@ func init() {
 			return Action{} // the broker answers the malformed request
 		}
 		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
+		if e.foreignMember("ShareFetch", st) {
+			resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
+			resp.SetVersion(r.Version)
+			resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
+			return Action{Local: resp}
+		}
 		changed := false
 		for ti := range req.Topics {
 			t := &req.Topics[ti]

@@ -22,6 +22,12 @@ func init() {
 			return Action{}
 		}
 		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
+		if e.foreignMember("ShareAcknowledge", st) {
+			resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+			resp.SetVersion(r.Version)
+			resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
+			return Action{Local: resp}
+		}
 		changed := false
 		if !req.IsRenewAck {
 			keepTopics := req.Topics[:0]

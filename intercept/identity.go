@@ -104,6 +104,12 @@ func (e *KIP1289) saslHandshake(c Conn, mech string) {
 // saslAuthenticated records one SaslAuthenticate round trip the broker
 // accepted on c, with the token the client sent.
 func (e *KIP1289) saslAuthenticated(c Conn, token []byte) {
+	var known string // the principal, once it became known: told to c after e.ids.mu is released
+	defer func() {
+		if a, ok := c.(Authenticated); ok && known != "" {
+			a.Authenticated(known)
+		}
+	}()
 	e.ids.mu.Lock()
 	defer e.ids.mu.Unlock()
 	ci := e.connIdent(c)
@@ -138,8 +144,8 @@ func (e *KIP1289) saslAuthenticated(c Conn, token []byte) {
 	default:
 		id = tokenIdent(m, ci.first)
 	}
-	if id != "" && (ci.ident == "" || ci.ident == id) {
-		ci.ident = id
+	if id != "" && ci.ident == "" {
+		ci.ident, known = id, id
 	}
 }
 
@@ -245,4 +251,21 @@ type saslState struct {
 	conn  Conn
 	mech  string
 	token []byte
+}
+
+// foreignMemberMsg is the message of a share-group request refused because
+// it names a member bound to another principal.
+const foreignMemberMsg = "sharetx: this member id belongs to another principal"
+
+// foreignMember reports whether a share-group request (api) of st's
+// connection names a member bound to another principal
+// (staging.Ledger.MemberOfAnother); such a request is answered
+// GROUP_AUTHORIZATION_FAILED and never reaches the broker, which would let
+// it close or take over the member's share session.
+func (e *KIP1289) foreignMember(api string, st *shareState) bool {
+	if !e.ledger.MemberOfAnother(st.group, st.member, st.ident) {
+		return false
+	}
+	e.log.Info("refused a share-group request naming another principal's member", "api", api, "group", st.group, "member", st.member, "principal", st.ident)
+	return true
 }

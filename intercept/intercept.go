@@ -99,6 +99,14 @@ type Conn interface {
 	Done() <-chan struct{}
 }
 
+// Authenticated is implemented by a Conn that wants to know the principal
+// the broker accepted its client's SASL authentication as (the proxy counts
+// connections per principal). It is called once, when the principal
+// becomes known (a re-authentication keeps it, as the broker does).
+type Authenticated interface {
+	Authenticated(principal string)
+}
+
 // Request is a client request as a hook sees it.
 type Request struct {
 	Conn       Conn

@@ -60,6 +60,7 @@ type KIP1289 struct {
 	mEpochErrors prometheus.Counter
 	mSessionWait prometheus.Histogram
 	mShadowWrite *prometheus.CounterVec
+	mRefused     prometheus.Counter
 }
 
 // NewKIP1289 builds the feature from its configuration: side is the proxy's
@@ -101,12 +102,14 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."}),
 		mShadowWrite: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_writes_total",
 			Help: "Shadow records written for TxnShareAcknowledge calls, by path: rode (inside the client's own Produce of the transaction) or own (a Produce of the proxy's)."}, []string{"path"}),
+		mRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_topic_writes_refused_total",
+			Help: "Partitions of the shadow topic in client Produce requests refused with TOPIC_AUTHORIZATION_FAILED: everything but a transaction's own touch record."}),
 		mSessionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "share_session_wait_seconds",
 			Help:    "How long each client ShareFetch/ShareAcknowledge waited for its share session while a request of the proxy's own (committed acks, releases, RENEWs) held it; 0 when it was free. The connection's read loop waits with it.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mRefused, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e
@@ -199,10 +202,11 @@ func (e *KIP1289) count(r *kip1289.TxnShareAcknowledgeResponse) *kip1289.TxnShar
 
 // Prune forgets what the proxy no longer needs: acquisitions whose lock
 // expired long ago, applied offsets the client never acked, sessions whose
-// connection closed.
+// connection closed, in-flight counts of Produces never answered.
 func (e *KIP1289) Prune(now time.Time) {
 	e.ledger.Prune(now)
 	e.sessions.Prune()
+	e.produces.prune(now)
 }
 
 // PruneKnown forgets known ranges below their group's share-partition start

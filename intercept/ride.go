@@ -3,6 +3,7 @@ package intercept
 import (
 	"encoding/binary"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -127,8 +128,16 @@ type inflight struct {
 	pid   int64
 	epoch int16
 	n     int
+	last  time.Time // the last start
 	idle  chan struct{}
 }
+
+// producesForgetAfter is how long after its last Produce started a
+// transaction's in-flight count is dropped although not every Produce was
+// answered: their connections closed first (a client killed mid-request).
+// No Produce waits for its answer that long (request timeouts are seconds),
+// and a call waiting on the count (idleOf) is let go.
+const producesForgetAfter = 5 * time.Minute
 
 func (p *produces) start(t produceTxnState) {
 	p.mu.Lock()
@@ -145,6 +154,27 @@ func (p *produces) start(t produceTxnState) {
 		p.m[t.txnID] = f
 	}
 	f.n++
+	f.last = time.Now()
+}
+
+// prune drops the counts of transactions whose last Produce started more
+// than producesForgetAfter before now.
+func (p *produces) prune(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, f := range p.m {
+		if now.Sub(f.last) > producesForgetAfter {
+			close(f.idle)
+			delete(p.m, id)
+		}
+	}
+}
+
+// size is how many transactions have Produces counted in flight.
+func (p *produces) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.m)
 }
 
 func (p *produces) done(t produceTxnState) {

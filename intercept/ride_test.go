@@ -3,6 +3,7 @@ package intercept
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -55,5 +56,38 @@ func TestSpliceProduceTopic(t *testing.T) {
 	// A body that ends before its topics is not spliced.
 	if _, ok := spliceProduceTopic([]byte{0}, 13, &staging.Reservation{}); ok {
 		t.Fatal("a truncated body was spliced")
+	}
+}
+
+// TestProducesForgetsTheNeverAnswered: a transaction whose Produces were
+// never all answered (the connection closed with one in flight) is
+// forgotten producesForgetAfter after its last Produce started, and a call
+// waiting for it is let go; one with a Produce started since is kept.
+func TestProducesForgetsTheNeverAnswered(t *testing.T) {
+	var p produces
+	dead := produceTxnState{txnID: "dead", producerID: 1, epoch: 0}
+	live := produceTxnState{txnID: "live", producerID: 2, epoch: 0}
+	p.start(dead)
+	p.start(dead)
+	p.done(dead) // one of two answered; the other's connection closed
+	p.start(live)
+	idle := p.idleOf("dead", 1, 0)
+	if idle == nil {
+		t.Fatal("no in-flight count for a transaction with a Produce unanswered")
+	}
+	now := time.Now()
+	p.prune(now.Add(time.Minute))
+	if p.size() != 2 {
+		t.Fatalf("pruned after a minute: %d left, want 2", p.size())
+	}
+	p.m["live"].last = now.Add(4 * time.Minute) // a Produce started since
+	p.prune(now.Add(producesForgetAfter + time.Second))
+	select {
+	case <-idle:
+	default:
+		t.Fatal("a call waiting for the never-answered Produce was not let go")
+	}
+	if p.idleOf("dead", 1, 0) != nil || p.size() != 1 || p.idleOf("live", 2, 0) == nil {
+		t.Fatalf("after the prune: %d left, dead %v, live %v", p.size(), p.idleOf("dead", 1, 0) != nil, p.idleOf("live", 2, 0) != nil)
 	}
 }

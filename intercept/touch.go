@@ -7,30 +7,51 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/staging"
 )
 
-// Writes of applications to the shadow topic (the Go client's touch record,
-// which makes kgo's EndTransaction send EndTxn for a transaction that holds
-// only acknowledgements) are relayed with the proxy's own credentials, so no
+// Writes of applications to the shadow topic. The one write an application
+// has a use for is the Go and Java libraries' touch record, which makes the
+// client's EndTransaction send EndTxn for a transaction that holds only
+// acknowledgements. It is relayed with the proxy's own credentials, so no
 // application needs WRITE on the shadow topic and its ACL can name sharetx's
 // principal alone.
 //
-// Only a transactional write of the caller's own transaction (its principal
-// is one the broker accepted the transactional id from, identity.go) is
-// relayed, and never to the transaction's shadow partition, whose sequence
-// numbers the proxy's shadow writer owns for that producer. Anything else
-// goes to the broker as it came, to be authorised as the caller. Nothing an
-// application writes there can stage anything: only records signed with the
-// shadow key are trusted (staging.VerifyShadowRecord).
+// A partition of the shadow topic in a Produce request is relayed only if it
+// is a touch (isTouch): the transaction's own touch partition
+// (kip1289.TouchPartition, never its shadow partition, whose sequence
+// numbers the proxy's writer owns for that producer), exactly one
+// transactional record batch of at most maxTouchBytes carrying the caller's
+// producer id and epoch, one record, the touch header — and the caller is
+// the principal the broker accepted the transactional id from
+// (identity.go). Every other partition of the shadow topic is refused with
+// TOPIC_AUTHORIZATION_FAILED, the broker's answer to a principal without
+// WRITE there, before anything of it is copied: a non-transactional write,
+// a batch of another producer id (at sequence 0 it would take the place of
+// that producer's shadow record), a second batch behind a touch, a write to
+// any other partition, or a big one. The rest of the request goes to the
+// broker as it came. A Produce with acks=0 that names the shadow topic
+// closes the connection, as the broker does on an acks=0 write it refuses.
+// Nothing an application writes there could stage anything anyway: only
+// records signed with the shadow key are trusted
+// (staging.VerifyShadowRecord).
+
+// maxTouchBytes bounds a touch batch: the record is 13 bytes of value and
+// one header (under 100 bytes with the batch header); the rest leaves room
+// for headers a producer interceptor adds (tracing).
+const maxTouchBytes = 4096
 
 // touchSplit is a Produce request split between the client's connection
-// (rest) and the proxy's own (the shadow-topic partitions, relayed).
+// (rest), the proxy's own (the touch, relayed) and the proxy's answer (the
+// refused partitions of the shadow topic).
 type touchSplit struct {
 	txn     produceTxnState
+	isTxn   bool
 	version int16
-	relayed chan *kmsg.ProduceResponse // the side write's answer, one value
+	relayed chan *kmsg.ProduceResponse // the side write's answer, one value; nil without a relay
 	parts   []kmsg.ProduceRequestTopicPartition
+	refused []int32 // partitions of the shadow topic answered TOPIC_AUTHORIZATION_FAILED
 	topic   kmsg.ProduceRequestTopic
 }
 
@@ -43,104 +64,150 @@ func (e *KIP1289) shadowTopicID() ([16]byte, int32, bool) {
 	return s.ShadowTopic()
 }
 
-// relayTouch decides a transactional Produce request: nil to forward it as
-// it came, or the action that relays its shadow-topic partitions.
-func (e *KIP1289) relayTouch(r *Request, t produceTxnState) *Action {
-	id, n, ok := e.shadowTopicID()
+// shadowWrites decides a Produce request (t is its transaction when isTxn):
+// nil to forward it as it came (it names no partition of the shadow topic:
+// the common case, walked without reading the records), or the action that
+// relays its touch and refuses the rest of the shadow topic.
+func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) *Action {
+	id, n, known := e.shadowTopicID()
 	name := e.cfg.ShadowTopic
 	body := r.Body()
-	if !ok || n == 0 || !produceNames(body, r.Version, name, id) {
-		return nil // the shadow topic is not named: the common case, nothing decoded
+	if !known && r.Version >= 13 {
+		return nil // by id only, and the id is not known yet: the writer is not ready, nothing is staged
 	}
-	owned := e.ledger.OwnsTxn(t.txnID, t.producerID, t.ident)
-	side := e.side
-	if !owned || side == nil {
+	if !produceNames(body, r.Version, name, id) {
 		return nil
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.Version = r.Version
-	if req.ReadFrom(body) != nil || req.Acks == 0 {
-		return nil
+	if req.ReadFrom(body) != nil { // the records alias body: nothing copied
+		return &Action{Close: "malformed_frame"}
 	}
-	own := staging.ShadowPartitionFor(t.txnID, n)
-	sp := &touchSplit{txn: t, version: r.Version, relayed: make(chan *kmsg.ProduceResponse, 1)}
+	if req.Acks == 0 {
+		return &Action{Close: "shadow_topic_write_refused"}
+	}
+	touchPart := int32(-1)
+	if isTxn && known && n >= 2 && e.side != nil && e.ledger.OwnsTxn(t.txnID, t.producerID, t.ident) {
+		touchPart = staging.TouchPartitionFor(t.txnID, n)
+	}
+	sp := &touchSplit{txn: t, isTxn: isTxn, version: r.Version}
 	keep := req.Topics[:0]
 	for _, tp := range req.Topics {
-		if !(tp.Topic == name || (r.Version >= 13 && tp.TopicID == id)) {
+		if !(tp.Topic == name && r.Version < 13 || r.Version >= 13 && tp.TopicID == id) {
 			keep = append(keep, tp)
 			continue
 		}
-		var stay []kmsg.ProduceRequestTopicPartition
+		sp.topic = tp
 		for _, p := range tp.Partitions {
-			if p.Partition == own {
-				stay = append(stay, p)
+			if p.Partition == touchPart && len(sp.parts) == 0 && isTouch(p.Records, t.producerID, t.epoch) {
+				p.Records = append([]byte(nil), p.Records...)
+				sp.parts = append(sp.parts, p)
 				continue
 			}
-			p.Records = append([]byte(nil), p.Records...)
-			sp.parts = append(sp.parts, p)
-		}
-		sp.topic = tp
-		if len(stay) > 0 {
-			tp.Partitions = stay
-			keep = append(keep, tp)
+			sp.refused = append(sp.refused, p.Partition)
 		}
 	}
-	if len(sp.parts) == 0 {
-		return nil
-	}
+	e.mRefused.Add(float64(len(sp.refused)))
 	req.Topics = keep
-	relay := kmsg.NewPtrProduceRequest()
-	relay.TransactionID, relay.Acks, relay.TimeoutMillis = req.TransactionID, req.Acks, req.TimeoutMillis
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic, rt.TopicID, rt.Partitions = name, id, sp.parts
-	relay.Topics = []kmsg.ProduceRequestTopic{rt}
-	node := r.Conn.Node()
-	go func() {
-		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second+time.Duration(req.TimeoutMillis)*time.Millisecond)
-		defer cancel()
-		resp, err := side(ctx, node, relay)
-		out, _ := resp.(*kmsg.ProduceResponse)
-		if err != nil || out == nil {
-			e.log.Info("relaying a write to the shadow topic failed", "txn", t.txnID, "err", err)
-			out = nil
-		}
-		sp.relayed <- out
-	}()
+	if len(sp.parts) > 0 {
+		sp.relayed = make(chan *kmsg.ProduceResponse, 1)
+		relay := kmsg.NewPtrProduceRequest()
+		relay.TransactionID, relay.Acks, relay.TimeoutMillis = req.TransactionID, req.Acks, req.TimeoutMillis
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic, rt.TopicID, rt.Partitions = name, id, sp.parts
+		relay.Topics = []kmsg.ProduceRequestTopic{rt}
+		node := r.Conn.Node()
+		side := e.side
+		go func() {
+			ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second+time.Duration(req.TimeoutMillis)*time.Millisecond)
+			defer cancel()
+			resp, err := side(ctx, node, relay)
+			out, _ := resp.(*kmsg.ProduceResponse)
+			if err != nil || out == nil {
+				e.log.Info("relaying a touch record to the shadow topic failed", "txn", t.txnID, "err", err)
+				out = nil
+			}
+			sp.relayed <- out
+		}()
+	}
 	if len(req.Topics) == 0 {
 		return &Action{Async: func() kmsg.Response {
 			resp := req.ResponseKind().(*kmsg.ProduceResponse)
 			resp.SetVersion(r.Version)
-			e.mergeRelayed(sp, resp)
+			e.mergeShadow(sp, resp)
 			return resp
 		}}
 	}
 	return &Action{Body: req.AppendTo(nil), State: sp}
 }
 
-// mergeRelayed adds the relayed partitions' answers to the client's
-// response: the broker's own, or a retriable error when the relay failed.
-func (e *KIP1289) mergeRelayed(sp *touchSplit, resp *kmsg.ProduceResponse) {
-	got := <-sp.relayed
+// isTouch reports whether records is a touch of producer pid at epoch: one
+// transactional record batch (magic 2, not a control batch) of one record,
+// at most maxTouchBytes, with the touch header sharetx=touch. A compressed
+// batch is judged by its batch header alone: decompressing what a client
+// sent, to look at one header, would let a small batch cost the proxy
+// much more memory than it is long.
+func isTouch(records []byte, pid int64, epoch int16) bool {
+	if len(records) < 61 || len(records) > maxTouchBytes {
+		return false
+	}
+	var b kmsg.RecordBatch
+	if b.ReadFrom(records) != nil || int(b.Length)+12 != len(records) || b.Magic != 2 {
+		return false
+	}
+	const transactional, control, codec = 0x10, 0x20, 0x07
+	if b.Attributes&transactional == 0 || b.Attributes&control != 0 || b.ProducerID != pid || b.ProducerEpoch != epoch || b.NumRecords != 1 {
+		return false
+	}
+	if b.Attributes&codec != 0 {
+		return true
+	}
+	var rec kmsg.Record
+	if rec.ReadFrom(b.Records) != nil {
+		return false
+	}
+	for _, h := range rec.Headers {
+		if h.Key == kip1289.TouchHeader && string(h.Value) == kip1289.TouchHeaderValue {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeShadow adds the shadow topic's answers to the client's response: the
+// relayed touch's (the broker's own, or a retriable error when the relay
+// failed) and TOPIC_AUTHORIZATION_FAILED for the refused partitions.
+func (e *KIP1289) mergeShadow(sp *touchSplit, resp *kmsg.ProduceResponse) {
 	rt := kmsg.NewProduceResponseTopic()
 	rt.Topic, rt.TopicID = sp.topic.Topic, sp.topic.TopicID
-	for _, p := range sp.parts {
-		rp := kmsg.NewProduceResponseTopicPartition()
-		rp.Partition = p.Partition
-		rp.ErrorCode = kerr.RequestTimedOut.Code // retriable: the batch is resent with its sequence
-		rp.BaseOffset = -1
-		if got != nil {
-			for _, t := range got.Topics {
-				for _, gp := range t.Partitions {
-					if gp.Partition == p.Partition {
-						rp = gp
+	if sp.relayed != nil {
+		got := <-sp.relayed
+		for _, p := range sp.parts {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.ErrorCode = kerr.RequestTimedOut.Code // retriable: the batch is resent with its sequence
+			rp.BaseOffset = -1
+			if got != nil {
+				for _, t := range got.Topics {
+					for _, gp := range t.Partitions {
+						if gp.Partition == p.Partition {
+							rp = gp
+						}
 					}
 				}
 			}
+			rt.Partitions = append(rt.Partitions, rp)
+			if rp.ErrorCode == 0 {
+				e.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
+			}
 		}
+	}
+	for _, p := range sp.refused {
+		rp := kmsg.NewProduceResponseTopicPartition()
+		rp.Partition = p
+		rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+		rp.BaseOffset = -1
 		rt.Partitions = append(rt.Partitions, rp)
-		if rp.ErrorCode == 0 {
-			e.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
-		}
 	}
 	resp.Topics = append(resp.Topics, rt)
 }

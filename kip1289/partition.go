@@ -16,6 +16,14 @@ func ShadowPartition(transactionalID string, partitions int32) int32 {
 	return int32(h.Sum32() % uint32(partitions))
 }
 
+// The touch record: value TouchValue, one header TouchHeader=TouchHeaderValue.
+// The proxy relays nothing else a client writes to the shadow topic.
+const (
+	TouchValue       = "sharetx-touch"
+	TouchHeader      = "sharetx"
+	TouchHeaderValue = "touch"
+)
+
 // TouchPartition returns (ShadowPartition+1) % partitions: a partition of
 // the shadow topic, different from the shadow partition when partitions >=
 // 2, where a client may write a filler ("touch") record so that its

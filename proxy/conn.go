@@ -74,6 +74,15 @@ type conn struct {
 	holding   atomic.Bool // the client is gone; the upstream stays open for its share sessions
 	clientEOF atomic.Bool // the client closed its side; the responses it is owed go out first
 
+	// Admission (timeouts.client_authenticate,
+	// limits.max_connections_per_principal): until the client sent its
+	// first request and, where the upstream requires SASL, authenticated,
+	// its reads have a deadline counted from accepted.
+	accepted    time.Time
+	admitted    atomic.Bool
+	principal   string // under principalMu; counted in Server.principals while set
+	principalMu sync.Mutex
+
 	// Back-pressure on responses (limits.max_buffered_response_bytes):
 	// readUpstream stops reading while buffered is at the limit, so a client
 	// that does not read its responses leaves them in the broker's socket,
@@ -98,6 +107,7 @@ func newConn(s *Server, client net.Conn, listener string, node int32) *conn {
 		upq:      make(chan *pending, max+64),
 		order:    make(chan *pending, max),
 		closed:   make(chan struct{}),
+		accepted: time.Now(),
 	}
 	c.bufCond.L = &c.bufMu
 	c.log = s.log.With("client", client.RemoteAddr().String(), "listener", listener)
@@ -211,6 +221,42 @@ func (c *conn) clientGone(reason string) {
 		}
 		c.close(reason + "_after_hold")
 	}()
+}
+
+// Authenticated implements intercept.Authenticated: the broker accepted
+// the client's SASL authentication as principal. The connection is counted
+// against the principal's share (limits.max_connections_per_principal);
+// past it, it closes once the answer to the authentication is written.
+func (c *conn) Authenticated(principal string) {
+	c.principalMu.Lock()
+	defer c.principalMu.Unlock()
+	c.admitted.Store(true)
+	if c.principal == principal {
+		return // a re-authentication as the same principal
+	}
+	if c.principal != "" {
+		c.s.principals.leave(c.principal)
+		c.principal = ""
+	}
+	if !c.s.principals.enter(principal, c.s.cfg.Limits.MaxConnectionsPerPrincipal) {
+		c.log.Warn("closing connection: limits.max_connections_per_principal are open for its principal already",
+			"principal", principal, "limit", c.s.cfg.Limits.MaxConnectionsPerPrincipal)
+		c.stopReading("max_connections_per_principal")
+		c.client.SetReadDeadline(time.Now())
+		return
+	}
+	c.principal = principal
+}
+
+// leavePrincipal gives the connection's place in its principal's share
+// back, once the pair closed.
+func (c *conn) leavePrincipal() {
+	c.principalMu.Lock()
+	defer c.principalMu.Unlock()
+	if c.principal != "" {
+		c.s.principals.leave(c.principal)
+		c.principal = ""
+	}
 }
 
 // Node implements intercept.Conn.

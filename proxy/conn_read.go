@@ -15,15 +15,43 @@ import (
 )
 
 // readRequestFrame reads the client's next request frame, closing an idle
-// client after timeouts.client_idle.
+// client after timeouts.client_idle, and one that has not sent its first
+// request (or, where the upstream requires SASL, authenticated) within
+// timeouts.client_authenticate of being accepted.
 func (c *conn) readRequestFrame() ([]byte, error) {
-	if idle := c.s.cfg.Timeouts.ClientIdle; idle > 0 && !c.draining.Load() {
-		c.client.SetReadDeadline(time.Now().Add(idle))
+	if deadline := c.readDeadline(); !deadline.IsZero() && !c.draining.Load() {
+		c.client.SetReadDeadline(deadline)
 		if c.draining.Load() { // drain raced with us: keep its deadline
 			c.client.SetReadDeadline(time.Now())
 		}
 	}
-	return ReadFrame(c.cr, c.s.cfg.Limits.MaxFrameBytes)
+	frame, err := ReadFrame(c.cr, c.s.cfg.Limits.MaxFrameBytes)
+	if err == nil && !c.s.requireAuth {
+		c.admitted.Store(true) // nothing to authenticate: the first request admits it
+	}
+	return frame, err
+}
+
+// readDeadline is when the next read gives up: the idle limit, or sooner
+// the admission limit of a connection not admitted yet; zero for none.
+func (c *conn) readDeadline() time.Time {
+	var d time.Time
+	if idle := c.s.cfg.Timeouts.ClientIdle; idle > 0 {
+		d = time.Now().Add(idle)
+	}
+	if auth := c.s.cfg.Timeouts.ClientAuthenticate; auth > 0 && !c.admitted.Load() {
+		if a := c.accepted.Add(auth); d.IsZero() || a.Before(d) {
+			d = a
+		}
+	}
+	return d
+}
+
+// unadmittedTooLong reports whether the connection is past
+// timeouts.client_authenticate without being admitted.
+func (c *conn) unadmittedTooLong() bool {
+	auth := c.s.cfg.Timeouts.ClientAuthenticate
+	return auth > 0 && !c.admitted.Load() && !time.Now().Before(c.accepted.Add(auth))
 }
 
 // readClient reads the client's requests and does with each what the
@@ -228,6 +256,16 @@ func (c *conn) clientReadError(err error) {
 	case errors.Is(err, ErrFrameTooLarge):
 		c.log.Warn("closing connection: request frame too large", "err", err, "limit", c.s.cfg.Limits.MaxFrameBytes)
 		c.stopReading("frame_too_large")
+	case errors.Is(err, os.ErrDeadlineExceeded) && c.reason.Load() != nil:
+		// A reason was given already (max_connections_per_principal): the
+		// deadline was set to stop reading.
+	case errors.Is(err, os.ErrDeadlineExceeded) && c.unadmittedTooLong():
+		what := "sent no request"
+		if c.s.requireAuth {
+			what = "did not authenticate"
+		}
+		c.log.Info("closing connection: it "+what+" within timeouts.client_authenticate", "limit", c.s.cfg.Timeouts.ClientAuthenticate)
+		c.stopReading("unauthenticated_timeout")
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.log.Info("closing idle connection", "idle", c.s.cfg.Timeouts.ClientIdle)
 		c.stopReading("idle")

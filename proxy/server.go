@@ -60,6 +60,9 @@ type Server struct {
 	// clientConns counts the client connections being served, from accept
 	// until their pair is closed (limits.max_connections).
 	clientConns atomic.Int64
+	requireAuth bool   // the upstream requires SASL (upstream.sasl is set): clients must authenticate
+	shares      shares // per source address (limits.max_connections_per_source)
+	principals  shares // per authenticated principal (limits.max_connections_per_principal)
 	refusedMu   sync.Mutex
 	refused     int       // connections refused since the last log line
 	refusedLog  time.Time // when that line was written
@@ -102,6 +105,7 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 	kip := intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, s.sideChannel, cfg.Upstream.SASL.Mechanism != "")
 	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamKeys: &s.upstreamKeys, KIP: kip}
 	s.feature = kip
+	s.requireAuth = cfg.Upstream.SASL.Mechanism != ""
 	s.handlers = intercept.NewRegistry(kip)
 	return s, nil
 }
@@ -223,30 +227,45 @@ func (s *Server) accept(ln net.Listener, nodeID int32) {
 		}
 		backoff = 0
 		s.metrics.ConnsTotal.WithLabelValues(label).Inc()
-		if !s.admit(c, label) {
+		src, ok := s.admit(c, label)
+		if !ok {
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			defer s.clientConns.Add(-1)
+			defer s.shares.leave(src)
 			s.serve(c, nodeID, label)
 		}()
 	}
 }
 
-// admit counts a new client connection against limits.max_connections;
-// past the limit it closes the connection at once (before any TLS
-// handshake, read or upstream dial) and returns false.
-func (s *Server) admit(c net.Conn, label string) bool {
+// admit counts a new client connection against limits.max_connections and
+// limits.max_connections_per_source; past either it closes the connection
+// at once (before any TLS handshake, read or upstream dial) and returns
+// false. src is the source the connection counts against until it closes.
+func (s *Server) admit(c net.Conn, label string) (src string, ok bool) {
 	limit := s.cfg.Limits.MaxConnections
-	if s.clientConns.Add(1) <= int64(limit) {
-		return true
+	if s.clientConns.Add(1) > int64(limit) {
+		s.clientConns.Add(-1)
+		s.refuse(c, label, "max_connections", "limits.max_connections are open already", limit)
+		return "", false
 	}
-	s.clientConns.Add(-1)
-	s.metrics.ConnsClosed.WithLabelValues("max_connections").Inc()
-	// A flood of connections must not become a flood of log lines: one a
-	// second at most, with the count since the last.
+	src = sourceOf(c.RemoteAddr())
+	if !s.shares.enter(src, s.cfg.Limits.MaxConnectionsPerSource) {
+		s.clientConns.Add(-1)
+		s.refuse(c, label, "max_connections_per_source", "limits.max_connections_per_source are open from its address already", s.cfg.Limits.MaxConnectionsPerSource)
+		return "", false
+	}
+	return src, true
+}
+
+// refuse closes a connection admit did not let in, counting it by reason.
+// A flood of connections must not become a flood of log lines: one a
+// second at most, with the count since the last.
+func (s *Server) refuse(c net.Conn, label, reason, why string, limit int) {
+	s.metrics.ConnsClosed.WithLabelValues(reason).Inc()
 	s.refusedMu.Lock()
 	s.refused++
 	var n int
@@ -255,11 +274,54 @@ func (s *Server) admit(c net.Conn, label string) bool {
 	}
 	s.refusedMu.Unlock()
 	if n > 0 {
-		s.log.Warn("refusing client connection: limits.max_connections are open already (closed at once; sharetx_connections_closed_total{reason=\"max_connections\"})",
+		s.log.Warn("refusing client connection: "+why+" (closed at once; sharetx_connections_closed_total{reason=\""+reason+"\"})",
 			"limit", limit, "client", c.RemoteAddr().String(), "listener", label, "refused_since_last_line", n)
 	}
 	c.Close() // after the metric and the log line: the client may look at them once it sees the close
-	return false
+}
+
+// sourceOf is the source a connection counts against: its IP address.
+func sourceOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// shares counts open client connections per key (a source address, or a
+// principal): each key's count is bounded on its own, so one client holding
+// its share leaves the others theirs. A key with no connection is
+// forgotten.
+type shares struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// enter counts one more connection of key, unless limit are open already.
+func (sh *shares) enter(key string, limit int) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[key] >= limit {
+		return false
+	}
+	if sh.m == nil {
+		sh.m = map[string]int{}
+	}
+	sh.m[key]++
+	return true
+}
+
+// leave counts one connection of key less.
+func (sh *shares) leave(key string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[key]--; sh.m[key] <= 0 {
+		delete(sh.m, key)
+	}
 }
 
 // ClientConns is the number of client connections being served now (each
@@ -316,6 +378,7 @@ func (s *Server) serve(client net.Conn, nodeID int32, label string) {
 	active := s.metrics.ConnsActive.WithLabelValues(label)
 	active.Inc()
 	c.run()
+	c.leavePrincipal()
 	active.Dec()
 }
 

@@ -1,6 +1,7 @@
 package staging
 
 import (
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,8 +22,36 @@ func (l *Ledger) SetMember(ident, group, member string, epoch int32) {
 		delete(l.members, memberKey{group, member})
 		return
 	}
-	l.members[memberKey{group, member}] = memberInfo{epoch: epoch, ident: ident, seen: time.Now()}
+	k := memberKey{group, member}
+	if m, ok := l.members[k]; ok && boundElsewhere(m.ident, ident) {
+		return // another principal's member: the binding stays (MemberOfAnother)
+	}
+	l.members[k] = memberInfo{epoch: epoch, ident: ident, seen: time.Now()}
 	l.noteReaderLocked(group, ident)
+}
+
+// MemberOfAnother reports whether member of group is bound to a principal
+// other than ident: the broker lets any principal that may read the group
+// use any member id (a share session opened or closed with another's id,
+// its records handed to the caller), but the proxy knows whose member it
+// is. Only principals read from the exchange (User:…, §9.1) are compared:
+// an identity by token hash (GSSAPI, opaque OAUTHBEARER tokens) changes
+// with each connection of the same client.
+func (l *Ledger) MemberOfAnother(group, member, ident string) bool {
+	if member == "" {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.members[memberKey{group, member}]
+	return ok && boundElsewhere(m.ident, ident)
+}
+
+// boundElsewhere reports whether a member bound to owner is someone
+// else's for caller: both are principals read from the exchange, and they
+// differ.
+func boundElsewhere(owner, caller string) bool {
+	return owner != caller && strings.HasPrefix(owner, "User:") && strings.HasPrefix(caller, "User:")
 }
 
 // noteReaderLocked records that the broker let ident read group (a
