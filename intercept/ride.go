@@ -35,9 +35,8 @@ func (e *KIP1289) rideOn(r *Request, t produceTxnState) *Action {
 	if acks, err := produceAcks(body, r.Version, true); err != nil || acks != -1 {
 		return nil
 	}
-	id, _, ok := e.shadowTopicID()
-	if !ok || produceNames(body, r.Version, e.cfg.ShadowTopic, id) {
-		return nil
+	if _, _, ok := e.shadowTopicID(); !ok {
+		return nil // (a request naming the shadow topic never gets here: shadowWrites took it)
 	}
 	ride := s.TakeRide(t.txnID, t.producerID, t.epoch, r.Conn.Node(), r.Conn)
 	if ride == nil {
@@ -168,13 +167,6 @@ func (p *produces) prune(now time.Time) {
 			delete(p.m, id)
 		}
 	}
-}
-
-// size is how many transactions have Produces counted in flight.
-func (p *produces) size() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.m)
 }
 
 func (p *produces) done(t produceTxnState) {

@@ -91,3 +91,10 @@ func TestProducesForgetsTheNeverAnswered(t *testing.T) {
 		t.Fatalf("after the prune: %d left, dead %v, live %v", p.size(), p.idleOf("dead", 1, 0) != nil, p.idleOf("live", 2, 0) != nil)
 	}
 }
+
+// size is how many transactions have Produces counted in flight.
+func (p *produces) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.m)
+}

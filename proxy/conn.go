@@ -78,10 +78,9 @@ type conn struct {
 	// limits.max_connections_per_principal): until the client sent its
 	// first request and, where the upstream requires SASL, authenticated,
 	// its reads have a deadline counted from accepted.
-	accepted    time.Time
-	admitted    atomic.Bool
-	principal   string // under principalMu; counted in Server.principals while set
-	principalMu sync.Mutex
+	accepted  time.Time
+	admitted  atomic.Bool
+	principal string // set once by Authenticated (a goroutine of run), read after run: counted in Server.principals while set
 
 	// Back-pressure on responses (limits.max_buffered_response_bytes):
 	// readUpstream stops reading while buffered is at the limit, so a client
@@ -228,16 +227,7 @@ func (c *conn) clientGone(reason string) {
 // against the principal's share (limits.max_connections_per_principal);
 // past it, it closes once the answer to the authentication is written.
 func (c *conn) Authenticated(principal string) {
-	c.principalMu.Lock()
-	defer c.principalMu.Unlock()
 	c.admitted.Store(true)
-	if c.principal == principal {
-		return // a re-authentication as the same principal
-	}
-	if c.principal != "" {
-		c.s.principals.leave(c.principal)
-		c.principal = ""
-	}
 	if !c.s.principals.enter(principal, c.s.cfg.Limits.MaxConnectionsPerPrincipal) {
 		c.log.Warn("closing connection: limits.max_connections_per_principal are open for its principal already",
 			"principal", principal, "limit", c.s.cfg.Limits.MaxConnectionsPerPrincipal)
@@ -249,10 +239,8 @@ func (c *conn) Authenticated(principal string) {
 }
 
 // leavePrincipal gives the connection's place in its principal's share
-// back, once the pair closed.
+// back, once the pair closed (run returned: no Authenticated can follow).
 func (c *conn) leavePrincipal() {
-	c.principalMu.Lock()
-	defer c.principalMu.Unlock()
 	if c.principal != "" {
 		c.s.principals.leave(c.principal)
 		c.principal = ""
