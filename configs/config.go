@@ -85,6 +85,19 @@ type KIP1289 struct {
 	// acknowledgement that was never applied and whose record is not
 	// redelivered within this window is not recognised afterwards.
 	RecoveryLookback time.Duration `yaml:"recovery_lookback"`
+	// LearnOwnerFromProduce: a principal whose transactional Produce the
+	// broker accepted may use that transactional id through the proxy (to
+	// stage into its transaction), as after an InitProducerId or EndTxn of
+	// its own. Apache Kafka authorises WRITE on the transactional id of
+	// every transactional Produce (KafkaApis.handleProduceRequest), so a
+	// restarted proxy learns a running transaction from its next write.
+	// Set false in front of a broker that does not authorise the id on
+	// Produce: ownership is then learned only from InitProducerId and
+	// EndTxn (a restarted proxy answers a running transaction's first
+	// TxnShareAcknowledge TRANSACTION_ABORTABLE, and learns it from that
+	// transaction's EndTxn). The embedded cluster (franz-go's kfake) does
+	// not authorise it, and sharetx sets false in front of it itself.
+	LearnOwnerFromProduce bool `yaml:"learn_owner_from_produce"`
 }
 
 // Listen is the client-facing side: where clients connect and what address
@@ -246,15 +259,16 @@ func Default() Config {
 		Log:      Log{Level: "info", Format: "text"},
 		Embedded: Embedded{Brokers: 1},
 		KIP1289: KIP1289{
-			APIKey:            95,
-			ShadowTopic:       "__sharetx_shadow",
-			ShadowPartitions:  8,
-			ShadowReplication: -1,
-			MaxPendingRecords: 1_000_000,
-			ClientAcks:        "absorb",
-			CloseHold:         time.Minute,
-			RecoveryLookback:  time.Hour,
-			NotReadyRetryFor:  15 * time.Second,
+			APIKey:                95,
+			ShadowTopic:           "__sharetx_shadow",
+			ShadowPartitions:      8,
+			ShadowReplication:     -1,
+			MaxPendingRecords:     1_000_000,
+			ClientAcks:            "absorb",
+			CloseHold:             time.Minute,
+			RecoveryLookback:      time.Hour,
+			LearnOwnerFromProduce: true,
+			NotReadyRetryFor:      15 * time.Second,
 
 			MaxOffsetsPerCall:    100000,
 			MaxPartitionsPerCall: 1000,

@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -784,4 +787,189 @@ func TestAttackAnotherMembersSession(t *testing.T) {
 		bob.consumer.Close()
 		s.aliceStagesAndCommits(t, ctx, a, recs)
 	})
+}
+
+// TestAttackOwnershipFromProduce: bob, allowed to read the group and to
+// write a topic of his own but not to use alice's transactional id, sends a transactional
+// Produce in alice's name (her id, producer id and epoch), then stages into
+// her transaction with the member left to the proxy. The real broker refuses
+// the Produce (TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Kafka authorises the
+// id on every transactional Produce); kfake, the embedded cluster, accepts
+// it. Before: the proxy took the accepted Produce as bob's WRITE on the id
+// and made him an owner of alice's transaction (only the acquisition check,
+// INVALID_RECORD_STATE, stopped the call). Now: in front of a cluster that
+// does not authorise the id on Produce (kip1289.learn_owner_from_produce
+// false, as sharetx sets for its embedded cluster), ownership is learned
+// only from InitProducerId and EndTxn, and bob's call is refused as a
+// stranger's: TRANSACTIONAL_ID_AUTHORIZATION_FAILED on both clusters.
+func TestAttackOwnershipFromProduce(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, 2)
+		bob := s.app(t, secBob)
+		bob.consumer.PollRecords(ctxT(t, 3*time.Second), 1) // bob is a member of the group too
+		// A topic of bob's own (alice's input must stay hers to count).
+		out := createTopic(t, kadm.NewClient(s.admin), s.b, 1)
+		s.grant(t, kadm.NewACLs().Topics(out).Allow("User:"+secBob).Operations(kadm.OpAll))
+		c := saslDial(t, s.p.Addr, secBob) // one broker: its listener leads everything
+		req := kmsg.NewPtrProduceRequest()
+		req.Version = 12
+		req.TransactionID, req.Acks, req.TimeoutMillis = kmsg.StringPtr(a.txnID), -1, 10000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = out
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Records = staging.AppendRecordBatch(nil, pid, epoch, 0, time.Now().UnixMilli(), []byte("bob, as alice"))
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		c.Write(rawRequest(req.Key(), req.Version, 1, req.AppendTo(nil)))
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		f, err := readResponse(c)
+		if err != nil {
+			t.Fatalf("bob's Produce in alice's name: no answer: %v", err)
+		}
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = req.Version
+		if err := resp.ReadFrom(f[5:]); err != nil || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			t.Fatalf("bob's Produce in alice's name: answer %+v (%v)", resp, err)
+		}
+		code := resp.Topics[0].Partitions[0].ErrorCode
+		t.Logf("%s answered bob's Produce in alice's name with %v", s.b.Name, kerr.ErrorForCode(code))
+		if s.b.Fake == nil && code != kerr.TransactionalIDAuthorizationFailed.Code {
+			t.Fatalf("the real broker answered bob's Produce in alice's name with %v, want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
+		}
+		res := s.stageAs(t, secBob, a.txnID, pid, epoch, refMember{group: s.group}, recs, 1)
+		if res.code != kerr.TransactionalIDAuthorizationFailed.Code {
+			t.Fatalf("bob staging into alice's transaction after his Produce in her name: %v (%s), want TRANSACTIONAL_ID_AUTHORIZATION_FAILED", res.err(), res.message)
+		}
+		bob.consumer.Close()
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+	})
+}
+
+// TestAttackClientsMoveNoAlertCounters: an authenticated client does what
+// only it is to blame for: TxnShareAcknowledge calls in its own transaction
+// with an epoch the proxy never saw (TRANSACTION_ABORTABLE) and a producer id
+// that is not the id's (INVALID_PRODUCER_ID_MAPPING), ShareFetch with a
+// session epoch out of step, and requests the broker cannot parse, followed
+// by more bytes, so that the broker closes (and resets) the connection. None
+// of it may move a counter that an alert of configs/k8s/prometheusrule.yaml
+// reads. Before: the SharetxTxnShareAcknowledgeUnavailable alert read
+// TRANSACTION_ABORTABLE answers of the proxy's refusals, and a broker's reset
+// after a client's garbage counted as upstream_errors_total{kind="read"}.
+// Now: the alert reads sharetx_staging_failures_total (the proxy's own
+// failures to stage), and upstream_errors_total counts a broken connection
+// only when a request of the proxy's own was waiting on it.
+func TestAttackClientsMoveNoAlertCounters(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, 2)
+		m := s.member(t, ctx, a)
+		for _, c := range []struct {
+			name  string
+			pid   int64
+			epoch int16
+			want  int16
+		}{
+			{"an epoch never seen", pid, epoch + 3, kerr.TransactionAbortable.Code},
+			{"another producer id", pid + 1000, epoch, kerr.InvalidProducerIDMapping.Code},
+		} {
+			if res := s.stageAs(t, secAlice, a.txnID, c.pid, c.epoch, m, recs, 1); res.code != c.want {
+				t.Fatalf("alice's call with %s: %v (%s), want %v", c.name, res.err(), res.message, kerr.ErrorForCode(c.want))
+			}
+		}
+		leader := s.leaderAddr(t, ctx)
+		fetch := kmsg.NewPtrShareFetchRequest()
+		fetch.Version = 1
+		fetch.GroupID, fetch.MemberID, fetch.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), 7
+		c := saslDial(t, leader, secAlice)
+		c.Write(rawRequest(fetch.Key(), 1, 1, fetch.AppendTo(nil)))
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := readResponse(c); err != nil {
+			t.Fatalf("alice's ShareFetch out of step: no answer: %v", err)
+		}
+		// DescribeConfigs passes the proxy undecoded: its garbage reaches
+		// the broker, which closes the connection with the rest unread.
+		garbage := make([]byte, 64)
+		for i := range garbage {
+			garbage[i] = 0xff
+		}
+		for i := 0; i < 3; i++ {
+			c := saslDial(t, leader, secAlice)
+			c.Write(append(rawRequest(int16(kmsg.DescribeConfigs), 4, 1, garbage), rawRequest(int16(kmsg.DescribeConfigs), 4, 2, make([]byte, 32<<10))...))
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if f, err := readResponse(c); err == nil {
+				t.Logf("%s answered a garbage DescribeConfigs (%d bytes)", s.b.Name, len(f))
+			}
+		}
+		Wait(t, 20*time.Second, "the garbage connections closed", func() bool {
+			closed := 0.0
+			for _, r := range []string{"upstream_closed", "upstream_read_error", "upstream_write_error"} {
+				closed += testutil.ToFloat64(s.p.Metrics().ConnsClosed.WithLabelValues(r))
+			}
+			return closed >= 3
+		})
+		s.aliceStagesAndCommits(t, ctx, a, recs)
+		for _, moved := range alertCountersMoved(t, s.p) {
+			t.Errorf("a client moved a counter an alert reads: %s", moved)
+		}
+	})
+}
+
+// alertCountersMoved evaluates the selector of every counter (a sharetx_
+// series ending in _total) that an alert of configs/k8s/prometheusrule.yaml
+// reads against p's metrics, and returns those that are not 0.
+func alertCountersMoved(t *testing.T, p *Proxy) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../configs/k8s/prometheusrule.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := p.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selRe := regexp.MustCompile(`(sharetx_[a-z0-9_]*_total)(?:\{([^}]*)\})?`)
+	matchRe := regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"`)
+	var moved []string
+	counters := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		expr, ok := strings.CutPrefix(strings.TrimSpace(line), "expr:")
+		if !ok {
+			continue
+		}
+		for _, sel := range selRe.FindAllStringSubmatch(expr, -1) {
+			counters++
+			for _, mf := range mfs {
+				if mf.GetName() != sel[1] {
+					continue
+				}
+				for _, met := range mf.GetMetric() {
+					labels := map[string]string{}
+					for _, lp := range met.GetLabel() {
+						labels[lp.GetName()] = lp.GetValue()
+					}
+					match := true
+					for _, mm := range matchRe.FindAllStringSubmatch(sel[2], -1) {
+						v := labels[mm[1]]
+						re := regexp.MustCompile("^(?:" + mm[3] + ")$")
+						switch mm[2] {
+						case "=":
+							match = match && v == mm[3]
+						case "!=":
+							match = match && v != mm[3]
+						case "=~":
+							match = match && re.MatchString(v)
+						case "!~":
+							match = match && !re.MatchString(v)
+						}
+					}
+					if match && met.GetCounter().GetValue() != 0 {
+						moved = append(moved, fmt.Sprintf("%s %v = %g (alert selector %q)", sel[1], labels, met.GetCounter().GetValue(), sel[0]))
+					}
+				}
+			}
+		}
+	}
+	if counters < 4 {
+		t.Fatalf("found %d counter selectors in the alert rules: the rule file's layout changed", counters)
+	}
+	return moved
 }

@@ -86,8 +86,17 @@ func FakeBackend(t testing.TB, nodes int, opts ...kfake.Opt) *Backend {
 		t.Fatalf("kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
+	for _, a := range c.ListenAddrs() {
+		fakeSeeds.Store(a, true)
+	}
 	return &Backend{Name: "kfake", Seeds: c.ListenAddrs(), Fake: c, Nodes: nodes}
 }
+
+// fakeSeeds holds the addresses of the kfake clusters FakeBackend started:
+// a proxy in front of one is configured as sharetx configures itself in
+// front of its embedded cluster (kfake does not authorise the
+// transactional id on Produce: kip1289.learn_owner_from_produce false).
+var fakeSeeds sync.Map
 
 // RealBackend returns the real cluster of E2E_KAFKA_SEEDS, skipping (or with
 // E2E_REQUIRE_KAFKA=1 failing) when it is not set.
@@ -143,6 +152,11 @@ func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 	cfg.Upstream.BootstrapServers = seeds
 	cfg.Upstream.DialTimeout = 5 * time.Second
 	cfg.Timeouts.ShutdownGrace = 5 * time.Second
+	if len(seeds) > 0 {
+		if _, fake := fakeSeeds.Load(seeds[0]); fake {
+			cfg.KIP1289.LearnOwnerFromProduce = false
+		}
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -165,6 +165,14 @@ func TestKIP1289LockRenewedWhileTxPending(t *testing.T) {
 // ends it.
 func (s *kipSetup) stageOutputs(t *testing.T, ctx context.Context, producer *client.Producer, recs []*kgo.Record) {
 	t.Helper()
+	if err := s.tryStageOutputs(t, ctx, producer, recs); err != nil {
+		t.Fatalf("TxnShareAcknowledge: %v", err)
+	}
+}
+
+// tryStageOutputs is stageOutputs returning the TxnShareAcknowledge's error.
+func (s *kipSetup) tryStageOutputs(t *testing.T, ctx context.Context, producer *client.Producer, recs []*kgo.Record) error {
+	t.Helper()
 	if err := producer.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +182,7 @@ func (s *kipSetup) stageOutputs(t *testing.T, ctx context.Context, producer *cli
 	if err := producer.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md); err != nil {
-		t.Fatalf("TxnShareAcknowledge: %v", err)
-	}
+	return producer.SendShareAcknowledgementsToTransaction(ctx, acksOf(recs, client.Accept), s.md)
 }
 
 // commitAllThenEnd processes all n inputs through consumer in committed

@@ -61,6 +61,7 @@ type KIP1289 struct {
 	mSessionWait prometheus.Histogram
 	mShadowWrite *prometheus.CounterVec
 	mRefused     prometheus.Counter
+	mFailures    *prometheus.CounterVec
 }
 
 // NewKIP1289 builds the feature from its configuration: side is the proxy's
@@ -104,12 +105,14 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "Shadow records written for TxnShareAcknowledge calls, by path: rode (inside the client's own Produce of the transaction) or own (a Produce of the proxy's)."}, []string{"path"}),
 		mRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_topic_writes_refused_total",
 			Help: "Partitions of the shadow topic in client Produce requests refused with TOPIC_AUTHORIZATION_FAILED: everything but a transaction's own touch record."}),
+		mFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "staging_failures_total",
+			Help: "TxnShareAcknowledge calls the proxy failed to stage for a failure of its own, by reason: not_ready (the shadow topic was not ready) or shadow_write (writing the shadow record failed for something else than the caller's producer). Refusals of what a client sent are not counted here."}, []string{"reason"}),
 		mSessionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "share_session_wait_seconds",
 			Help:    "How long each client ShareFetch/ShareAcknowledge waited for its share session while a request of the proxy's own (committed acks, releases, RENEWs) held it; 0 when it was free. The connection's read loop waits with it.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mRefused, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mRefused, e.mFailures, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e
@@ -121,6 +124,7 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 func (e *KIP1289) Start(w staging.ShadowWriter, partitions int32, barrier func(ctx context.Context) error) {
 	s := staging.NewStager(e.ledger, w, partitions, e.proxyID, e.log)
 	s.SetInFlight(e.produces.idleOf)
+	s.SetOnWriteFailure(func() { e.mFailures.WithLabelValues("shadow_write").Inc() })
 	e.stager.CompareAndSwap(nil, s)
 	e.resolver.Recovered(barrier)
 }
@@ -155,6 +159,7 @@ func (e *KIP1289) stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 		// has taken longer than that: the KIP's client retries a retriable
 		// code without limit, ahead of the EndTxn that would end the
 		// transaction (design.md §4.1).
+		e.mFailures.WithLabelValues("not_ready").Inc()
 		if time.Since(e.built) < e.cfg.NotReadyRetryFor {
 			return e.count(staging.ErrorResponse(req, kerr.CoordinatorNotAvailable.Code, "sharetx: the shadow topic is not ready yet; retry"))
 		}

@@ -52,6 +52,8 @@ func (c *conn) StartInject(req kmsg.Request) (func(context.Context) (kmsg.Respon
 	if err != nil {
 		c.upDead = err
 		c.wmu.Unlock()
+		c.countUpstreamErr("write")
+		c.log.Warn("closing connection: writing a request of the proxy's own upstream failed", "err", err)
 		c.close("upstream_write_error")
 		return nil, err
 	}

@@ -19,7 +19,7 @@ func (c *conn) flushUp() {
 		return
 	}
 	if err := c.upw.Flush(); err != nil {
-		c.s.metrics.UpstreamErrs.WithLabelValues("write").Inc()
+		c.countUpstreamErr("write")
 		c.log.Warn("closing connection: writing upstream failed", "err", err)
 		c.upDead = err
 		c.close("upstream_write_error")
@@ -45,7 +45,7 @@ func (c *conn) send(frame []byte, p *pending, expectResponse bool) error {
 	}
 	_, err := c.upw.Write(frame)
 	if err != nil {
-		c.s.metrics.UpstreamErrs.WithLabelValues("write").Inc()
+		c.countUpstreamErr("write")
 		c.log.Warn("closing connection: writing upstream failed", "err", err)
 		c.upDead = err
 		c.close("upstream_write_error")
@@ -87,6 +87,22 @@ func (c *conn) readUpstream() {
 	}
 }
 
+// countUpstreamErr counts a failed read or write of the pair's upstream
+// side in upstream_errors_total, which an alert reads, only when it is the
+// proxy's own failure: a request of its own was waiting on the connection,
+// or the client is gone and the proxy holds the connection for its share
+// sessions. Otherwise the broker may have closed it for what the client
+// sent (a malformed request makes it reset): that counts in
+// connections_closed_total only (upstream_read_error, upstream_write_error).
+func (c *conn) countUpstreamErr(kind string) {
+	c.bufMu.Lock()
+	own := c.injecting > 0
+	c.bufMu.Unlock()
+	if own || c.holding.Load() {
+		c.s.metrics.UpstreamErrs.WithLabelValues(kind).Inc()
+	}
+}
+
 // upstreamFailed fails every request still waiting on the upstream side.
 func (c *conn) upstreamFailed(err error) {
 	c.wmu.Lock()
@@ -111,7 +127,7 @@ func (c *conn) upstreamFailed(err error) {
 		c.close("upstream_closed")
 		return
 	}
-	c.s.metrics.UpstreamErrs.WithLabelValues("read").Inc()
+	c.countUpstreamErr("read")
 	c.log.Warn("closing connection: reading upstream failed", "err", err)
 	c.close("upstream_read_error")
 }

@@ -71,7 +71,7 @@ func NewMetrics() *Metrics {
 	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "connections_closed_total",
 		Help: "Connection pairs closed, by reason (client_closed, upstream_closed, frame_too_large, malformed_frame, unknown_api_key, idle, shutdown, max_connections, decoded_request_too_large, ...)."}, []string{"reason"})
 	m.UpstreamErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "upstream_errors_total",
-		Help: "Errors talking to upstream brokers, by kind (dial, read, write, decode, discovery)."}, []string{"kind"})
+		Help: "The proxy's own errors talking to upstream brokers, by kind: dial, discovery, decode, and read or write while a request of the proxy's own was waiting on the connection (a broker closing a client's connection counts in connections_closed_total only)."}, []string{"kind"})
 	m.Rewrites = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "rewrites_total",
 		Help: "Responses the proxy re-encoded after rewriting them, by API."}, []string{"api"})
 	m.UpstreamNodes = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "upstream_brokers",

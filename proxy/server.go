@@ -102,6 +102,11 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		nodes:   map[int32]*node{},
 		conns:   map[*conn]struct{}{},
 	}
+	if len(cfg.Upstream.BootstrapServers) == 0 {
+		// The embedded cluster (Run starts it) does not authorise the
+		// transactional id on Produce.
+		cfg.KIP1289.LearnOwnerFromProduce = false
+	}
 	kip := intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, s.sideChannel, cfg.Upstream.SASL.Mechanism != "")
 	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamKeys: &s.upstreamKeys, KIP: kip}
 	s.feature = kip

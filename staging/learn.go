@@ -81,11 +81,19 @@ const maxReaders = 64
 
 // LearnTxn records a transactional id's producer id and epoch from a write
 // the broker accepted from ident, when the id is unknown or the epoch moved
-// on; ident showed WRITE on the id.
+// on; ident showed WRITE on the id where the broker authorises it on
+// Produce (kip1289.learn_owner_from_produce; otherwise only a later epoch of
+// a transaction ident already owns is learned).
 func (l *Ledger) LearnTxn(ident, txnID string, pid int64, epoch int16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, ok := l.txns[txnID]
+	if !l.cfg.LearnOwnerFromProduce && !(ok && t.producerID == pid && t.ownedBy(ident)) {
+		// This broker does not authorise the transactional id on Produce
+		// (kip1289.learn_owner_from_produce): a write teaches a later
+		// epoch of a transaction the caller was seen to own, nothing else.
+		return
+	}
 	if ok && t.producerID == pid {
 		t.own(ident)
 		if t.epoch < epoch {

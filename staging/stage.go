@@ -44,6 +44,28 @@ func writeErrorCode(err error) int16 {
 	return kerr.TransactionAbortable.Code
 }
 
+// producersVerdict reports whether a failed shadow write failed for the
+// state of the caller's producer or transaction (fenced, another epoch or
+// mapping, the transaction ended or aborting): the client's doing, not a
+// failure of the proxy's.
+func producersVerdict(err error) bool {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke {
+	case kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidProducerIDMapping,
+		kerr.InvalidTxnState, kerr.TransactionAbortable:
+		return true
+	}
+	return false
+}
+
+// SetOnWriteFailure sets what Stage calls when writing a shadow record
+// failed for something else than the caller's producer (producersVerdict):
+// the proxy's own failure, which an alert counts. Before the Stager is used.
+func (s *Stager) SetOnWriteFailure(f func()) { s.failed = f }
+
 // Stager stages TxnShareAcknowledge calls (docs/design.md §4): it checks a
 // call against the ledger and moves its offsets to STAGING, writes the
 // shadow record inside the caller's transaction, and only then marks them
@@ -59,6 +81,7 @@ type Stager struct {
 	rides map[string]*Ride // by transactional id: calls waiting for their transaction's Produce
 
 	inFlight func(txnID string, pid int64, epoch int16) <-chan struct{} // SetInFlight
+	failed   func()                                                     // SetOnWriteFailure
 }
 
 // NewStager stages into ledger, writing shadow records with w into a shadow
@@ -105,6 +128,9 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	if err != nil {
 		l.unstage(call)
 		s.log.Info("TxnShareAcknowledge: the shadow write failed", "txn", call.txnID, "err", err)
+		if s.failed != nil && !producersVerdict(err) {
+			s.failed()
+		}
 		return ErrorResponse(req, writeErrorCode(err), "sharetx: writing the staged acknowledgements into the transaction failed: "+kerrName(err)), nil
 	}
 	loc := Loc{int64(part), off}
@@ -259,6 +285,11 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 	switch {
 	case pid == -1 && epoch == -1:
 		// sharetx extension: the producer id and epoch this proxy saw.
+		if !known && !l.cfg.LearnOwnerFromProduce {
+			// No write teaches it (kip1289.learn_owner_from_produce):
+			// the transaction's EndTxn will.
+			return ErrorResponse(req, kerr.TransactionAbortable.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or end through it yet; abort the transaction and retry"), nil
+		}
 		if !known {
 			// Retriable: the proxy learns the transaction from the
 			// client's next accepted transactional write (a restarted

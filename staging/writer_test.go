@@ -3,6 +3,7 @@ package staging
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -474,5 +475,23 @@ func TestReservationRides(t *testing.T) {
 	e.end(p, true)
 	if n := shadowCount(t, e.committed(sp)[shadowTopic]); n != 3 {
 		t.Fatalf("%d shadow records committed, want 3 (ride, write, retry)", n)
+	}
+}
+
+// TestProducersVerdict: a shadow write that failed for the caller's producer
+// or transaction is the client's doing; anything else is the proxy's own
+// failure (sharetx_staging_failures_total{reason="shadow_write"}).
+func TestProducersVerdict(t *testing.T) {
+	for _, err := range []error{kerr.ProducerFenced, kerr.InvalidProducerEpoch, kerr.InvalidProducerIDMapping,
+		kerr.InvalidTxnState, fmt.Errorf("wrapped: %w", kerr.TransactionAbortable)} {
+		if !producersVerdict(err) {
+			t.Errorf("%v is the producer's: not the proxy's failure", err)
+		}
+	}
+	for _, err := range []error{kerr.NotLeaderForPartition, kerr.RequestTimedOut, kerr.TopicAuthorizationFailed,
+		kerr.TransactionalIDAuthorizationFailed, ErrOutcomeUnknown, errors.New("dial tcp: connection refused")} {
+		if producersVerdict(err) {
+			t.Errorf("%v is the proxy's own failure", err)
+		}
 	}
 }
