@@ -973,3 +973,98 @@ func alertCountersMoved(t *testing.T, p *Proxy) []string {
 	}
 	return moved
 }
+
+// TestAttackStateOutlivesItsOwner: bob, allowed to use every transactional id
+// of a prefix, initialises 12 of 256 KiB and 40 short ones through the proxy,
+// then goes away. Before: every id was kept (the long ones some 3 MiB), for
+// an hour after it was last seen, whatever its transaction timeout. Now: an
+// id longer than staging.MaxKeptIDBytes is never kept, and a prune once the
+// short ones are past their transaction timeout and the 15-minute floor
+// (nothing of them staged) leaves none of bob's, while alice's transaction,
+// with offsets staged, stays and commits.
+func TestAttackStateOutlivesItsOwner(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, 2)
+		if res := s.stageAs(t, a.user, a.txnID, pid, epoch, s.member(t, ctx, a), recs, 1); res.code != 0 {
+			t.Fatalf("alice's TxnShareAcknowledge: %v (%s)", res.err(), res.message)
+		}
+		prefix := Unique("bobs-ids") + "-"
+		acl := kadm.NewACLs().TransactionalIDs(prefix).Allow("User:" + secBob).Operations(kadm.OpAll).
+			AllowHosts().ResourcePatternType(kadm.ACLPatternPrefixed)
+		if res, err := kadm.NewClient(s.admin).CreateACLs(ctx, acl); err != nil || len(res) == 0 || res[0].Err != nil {
+			t.Fatalf("create the prefixed ACL: %v %+v", err, res)
+		}
+		before := ledgerEntries(t, s.p, "transactions")
+		c := saslDial(t, s.p.Addr, secBob)
+		initAs := func(i int, id string) {
+			t.Helper()
+			req := kmsg.NewPtrInitProducerIDRequest()
+			req.Version = 4
+			req.TransactionalID, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch = &id, 60000, -1, -1
+			c.Write(rawRequest(req.Key(), req.Version, int32(100+i), req.AppendTo(nil)))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			f, err := readResponse(c)
+			if err != nil {
+				t.Fatalf("InitProducerId %d: no answer: %v", i, err)
+			}
+			resp := kmsg.NewPtrInitProducerIDResponse()
+			resp.Version = req.Version
+			if err := resp.ReadFrom(f[5:]); err != nil || resp.ErrorCode != 0 {
+				t.Fatalf("InitProducerId %d (%d bytes of id): %v %v", i, len(id), err, kerr.ErrorForCode(resp.ErrorCode))
+			}
+		}
+		for i := 0; i < 12; i++ {
+			initAs(i, prefix+strconv.Itoa(i)+strings.Repeat("x", 32000))
+		}
+		if got := ledgerEntries(t, s.p, "transactions") - before; got != 0 {
+			t.Errorf("the proxy kept %v transactional ids of 32,000 bytes", got)
+		}
+		for i := 0; i < 40; i++ {
+			initAs(100+i, prefix+"short-"+strconv.Itoa(i))
+		}
+		if got := ledgerEntries(t, s.p, "transactions") - before; got != 40 {
+			t.Fatalf("the proxy keeps %v of bob's 40 short transactional ids, want 40 while they are live", got)
+		}
+		s.p.KIP().Prune(time.Now().Add(17 * time.Minute))
+		if got := ledgerEntries(t, s.p, "transactions"); got != 1 {
+			t.Errorf("after a prune past the transactions' timeouts the proxy keeps %v transactional ids, want 1 (alice's, with offsets staged)", got)
+		}
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = a.txnID, pid, epoch, true
+		resp, err := req.RequestWith(ctx, a.producer)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err != nil {
+			t.Fatalf("alice's EndTxn: %v", err)
+		}
+		Wait(t, 30*time.Second, "alice's acknowledgements applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		a.consumer.Close()
+		if left := s.freshMemberGets(t, 3*time.Second); len(left) != 0 {
+			t.Fatalf("%d of alice's records still to be delivered after her commit", len(left))
+		}
+	})
+}
+
+// ledgerEntries is the proxy's sharetx_ledger_entries{kind}.
+func ledgerEntries(t *testing.T, p *Proxy, kind string) float64 {
+	t.Helper()
+	mfs, err := p.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "sharetx_ledger_entries" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "kind" && lp.GetValue() == kind {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no sharetx_ledger_entries{kind=%q}", kind)
+	return 0
+}

@@ -1,6 +1,16 @@
 package intercept
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// initState is what an InitProducerId response needs of its request.
+type initState struct {
+	ident, txnID string
+	timeout      time.Duration
+}
 
 // InitProducerId: the proxy learns which producer id and epoch a
 // transactional id holds, so a TxnShareAcknowledge can only write into a
@@ -12,15 +22,16 @@ func init() {
 		if req.ReadFrom(r.Body()) != nil || req.TransactionalID == nil {
 			return Action{}
 		}
-		return Action{State: [2]string{env.KIP.identOf(r.Conn), *req.TransactionalID}}
+		return Action{State: initState{env.KIP.identOf(r.Conn), *req.TransactionalID, time.Duration(req.TransactionTimeoutMillis) * time.Millisecond}}
 	})
 	register(kmsg.InitProducerID, func(env *Env, state any, r kmsg.Response) bool {
-		st, ok := state.([2]string)
+		st, ok := state.(initState)
 		if !ok {
 			return false
 		}
 		if resp := r.(*kmsg.InitProducerIDResponse); resp.ErrorCode == 0 {
-			env.KIP.setTxn(st[0], st[1], resp.ProducerID, resp.ProducerEpoch)
+			env.KIP.setTxn(st.ident, st.txnID, resp.ProducerID, resp.ProducerEpoch)
+			env.KIP.ledger.SetTxnTimeout(st.txnID, st.timeout)
 		}
 		return false
 	})

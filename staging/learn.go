@@ -16,6 +16,9 @@ import (
 // SetMember records member's epoch in group (a heartbeat the broker
 // accepted from ident); a negative epoch (it left) forgets it.
 func (l *Ledger) SetMember(ident, group, member string, epoch int32) {
+	if !keepable(group, member) {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if epoch < 0 {
@@ -85,6 +88,9 @@ const maxReaders = 64
 // Produce (kip1289.learn_owner_from_produce; otherwise only a later epoch of
 // a transaction ident already owns is learned).
 func (l *Ledger) LearnTxn(ident, txnID string, pid int64, epoch int16) {
+	if !keepable(txnID) {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, ok := l.txns[txnID]
@@ -116,6 +122,9 @@ func (l *Ledger) LearnTxn(ident, txnID string, pid int64, epoch int16) {
 // (Such an epoch is fresh: the caller tells the shadow writer,
 // Stager.MarkFresh.)
 func (l *Ledger) SetTxn(ident, txnID string, pid int64, epoch int16) {
+	if !keepable(txnID) {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.txns[txnID]
@@ -136,7 +145,7 @@ func (l *Ledger) OwnsTxn(txnID string, pid int64, ident string) bool {
 // Acquired records what a ShareFetch response the broker sent to ident's
 // connection on node handed to member.
 func (l *Ledger) Acquired(ident string, node int32, group, member string, topic [16]byte, partition int32, recs []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord, lock time.Duration) {
-	if len(recs) == 0 {
+	if len(recs) == 0 || !keepable(group, member) {
 		return
 	}
 	now := time.Now()
@@ -203,17 +212,44 @@ func (l *Ledger) HeldFor(node int32, group, member string) int {
 	return n
 }
 
-// memberIdle: a member no heartbeat answer named for this long is gone (a
-// live one heartbeats every few seconds; the broker fences one after its
-// session timeout, 45 s by default) and is forgotten. A killed client never
-// sends the leave (epoch -1) that would forget it otherwise.
-const memberIdle = 10 * time.Minute
+// memberIdle: a member no heartbeat answer named for this long is gone and
+// is forgotten. A live one heartbeats every few seconds; the broker fences
+// one after its session timeout (share.session.timeout.ms, 45 s by default,
+// at most group.share.max.session.timeout.ms, 60 s by default). A killed
+// client never sends the leave (epoch -1) that would forget it otherwise.
+const memberIdle = 3 * time.Minute
 
-// txnIdle: a transactional id with no InitProducerId, EndTxn or write seen
-// for this long is forgotten; no transaction stays open that long
-// (transaction.max.timeout.ms is 15 minutes by default). Its next write or
-// EndTxn teaches it again.
-const txnIdle = time.Hour
+// txnIdleFloor: a transactional id with no InitProducerId, EndTxn or write
+// seen for longer than its transaction timeout (from its InitProducerId) and
+// this floor, and nothing staged, is forgotten: no transaction of it can
+// still be open (transaction.max.timeout.ms is 15 minutes by default). Its
+// next write or EndTxn teaches it again.
+const txnIdleFloor = 15 * time.Minute
+
+// MaxKeptIDBytes bounds the transactional ids, group ids and member ids the
+// ledger keeps: a longer one is never learned (its TxnShareAcknowledge is
+// refused with INVALID_REQUEST), so an id's size cannot grow the proxy.
+const MaxKeptIDBytes = 1024
+
+func keepable(ids ...string) bool {
+	for _, id := range ids {
+		if len(id) > MaxKeptIDBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// SetTxnTimeout records the transaction timeout an InitProducerId of txnID
+// asked for (Prune keeps the id at least that long after it was last seen).
+func (l *Ledger) SetTxnTimeout(txnID string, timeout time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.txns[txnID]; ok {
+		t.timeout = timeout
+		l.txns[txnID] = t
+	}
+}
 
 // Prune forgets acquired offsets whose lock expired long ago (they were
 // redelivered or acked without the proxy seeing it), applied ones the client
@@ -223,11 +259,24 @@ const txnIdle = time.Hour
 func (l *Ledger) Prune(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	live := map[string]bool{} // groups with a member or a share partition left
+	live := map[string]bool{}               // groups with a member or a share partition left
+	readers := map[string]map[string]bool{} // group → principals with a member or acquisitions in it
+	reads := func(group, ident string) {
+		if readers[group] == nil {
+			readers[group] = map[string]bool{}
+		}
+		readers[group][ident] = true
+	}
+	staged := map[string]bool{} // transactional ids with offsets staged or committed, not applied
 	for k, ps := range l.parts {
 		for o, st := range ps.offsets {
 			if (st.state == stAcquired || st.state == stApplied) && now.After(st.deadline.Add(time.Minute)) {
 				delete(ps.offsets, o)
+				continue
+			}
+			reads(k.group, st.ident)
+			if st.call != nil {
+				staged[st.call.txnID] = true
 			}
 		}
 		ps.pruneAcq(now, time.Minute)
@@ -235,6 +284,9 @@ func (l *Ledger) Prune(now time.Time) {
 		if len(ps.offsets) == 0 && len(ps.acq) == 0 && len(ps.owed) == 0 {
 			delete(l.parts, k)
 			continue
+		}
+		for _, a := range ps.acq {
+			reads(k.group, a.ident)
 		}
 		live[k.group] = true
 	}
@@ -244,15 +296,22 @@ func (l *Ledger) Prune(now time.Time) {
 			continue
 		}
 		live[k.group] = true
+		reads(k.group, m.ident)
 	}
 	for id, t := range l.txns {
-		if now.Sub(t.seen) > txnIdle {
+		if now.Sub(t.seen) > max(t.timeout, txnIdleFloor)+time.Minute && !staged[id] {
 			delete(l.txns, id)
 		}
 	}
-	for g := range l.readers {
+	for g, r := range l.readers {
 		if !live[g] {
 			delete(l.readers, g)
+			continue
+		}
+		for ident := range r {
+			if !readers[g][ident] {
+				delete(r, ident) // no member and no acquisition of it left in the group
+			}
 		}
 	}
 	for g := range l.topics {

@@ -327,8 +327,9 @@ type offRef struct {
 type txnInfo struct {
 	producerID int64
 	epoch      int16
-	owners     []string  // principals the broker accepted the id's InitProducerId or writes from
-	seen       time.Time // the last InitProducerId, EndTxn or write of it (Prune forgets it after txnIdle)
+	owners     []string      // principals the broker accepted the id's InitProducerId or writes from
+	seen       time.Time     // the last InitProducerId, EndTxn or write of it (Prune forgets it after max(timeout, txnIdleFloor))
+	timeout    time.Duration // the transaction timeout its InitProducerId asked for (0: not seen)
 }
 
 // own records that the broker accepted a write of the transaction from

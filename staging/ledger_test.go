@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -364,26 +365,52 @@ func ackAccepted(e *Ledger, group, member string, topic [16]byte, partition int3
 }
 
 // TestPruneForgetsIdleOwners: a member no heartbeat named for memberIdle
-// (a killed client never leaves) and a transactional id idle for txnIdle are
-// forgotten, and a group's principals and topics go with its last member and
-// share partition; a live member, a recent transaction and a group with
-// acquisitions stay.
+// (a killed client never leaves) and a transactional id idle past its
+// timeout and txnIdleFloor with nothing staged are forgotten, a group's
+// principals go with their last member and acquisition, and its topics with
+// its last member and share partition; a live member, a recent transaction,
+// one with a longer timeout, one with offsets staged and a group with
+// acquisitions stay. Ids longer than MaxKeptIDBytes are never kept.
 func TestPruneForgetsIdleOwners(t *testing.T) {
 	e := testEngine()
 	topic := [16]byte{9}
 	e.SetMember("User:a", "gone", "dead", 1)
 	e.SetMember("User:a", "kept", "live", 1)
+	e.SetMember("User:b", "kept", "left", 1)
 	e.SetTxn("User:a", "old", 1, 0)
 	e.SetTxn("User:a", "new", 2, 0)
+	e.SetTxn("User:a", "slow", 3, 0)
+	e.SetTxnTimeout("slow", 2*time.Hour)
+	e.SetTxn("", "tx", 7, 2) // txnReq's
 	e.Acquired("User:a", 0, "busy", "m", topic, 0, acq(0, 9), 10*time.Hour)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(100, 109), 10*time.Hour)
+	if r, call := e.validateAndReserve(txnReq(topic, 0, ab(102, 104, 1)), ""); call == nil {
+		t.Fatalf("not staged: %+v", r)
+	}
+	long := strings.Repeat("x", MaxKeptIDBytes+1)
+	e.SetTxn("User:a", long, 4, 0)
+	e.SetMember("User:a", long, "m", 1)
+	e.SetMember("User:a", "g2", long, 1)
+	e.Acquired("User:a", 0, long, "m", topic, 0, acq(0, 9), time.Hour)
+	if s := e.Sizes(); s.Transactions != 4 || s.Members != 3 || s.SharePartition != 2 {
+		t.Fatalf("ids longer than %d bytes were kept: %+v", MaxKeptIDBytes, s)
+	}
+	if r, _ := e.validateAndReserve(&kip1289.TxnShareAcknowledgeRequest{TransactionalID: &long, GroupID: "g"}, ""); r == nil || r.ErrorCode != kerr.InvalidRequest.Code {
+		t.Fatalf("a call naming a transactional id longer than %d bytes: %+v, want INVALID_REQUEST", MaxKeptIDBytes, r)
+	}
 	now := time.Now()
+	idle := now.Add(-txnIdleFloor - time.Minute - time.Second)
 	e.mu.Lock()
-	m := e.members[memberKey{"gone", "dead"}]
-	m.seen = now.Add(-memberIdle - time.Second)
-	e.members[memberKey{"gone", "dead"}] = m
-	tx := e.txns["old"]
-	tx.seen = now.Add(-txnIdle - time.Second)
-	e.txns["old"] = tx
+	for _, k := range []memberKey{{"gone", "dead"}, {"kept", "left"}} {
+		m := e.members[k]
+		m.seen = now.Add(-memberIdle - time.Second)
+		e.members[k] = m
+	}
+	for _, id := range []string{"old", "slow", "tx"} {
+		tx := e.txns[id]
+		tx.seen = idle
+		e.txns[id] = tx
+	}
 	e.mu.Unlock()
 
 	e.Prune(now)
@@ -391,15 +418,24 @@ func TestPruneForgetsIdleOwners(t *testing.T) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.members[memberKey{"gone", "dead"}]; ok || s.Members != 1 {
-		t.Errorf("idle member kept (members %d)", s.Members)
+		t.Errorf("idle members kept (members %d)", s.Members)
 	}
-	if _, ok := e.txns["old"]; ok || s.Transactions != 1 {
-		t.Errorf("idle transactional id kept (transactions %d)", s.Transactions)
+	if _, ok := e.txns["old"]; ok || s.Transactions != 3 {
+		t.Errorf("an idle transactional id was kept (transactions %d)", s.Transactions)
+	}
+	if _, ok := e.txns["slow"]; !ok {
+		t.Error("a transactional id within its own (longer) timeout was forgotten")
+	}
+	if _, ok := e.txns["tx"]; !ok {
+		t.Error("a transactional id with offsets staged was forgotten")
 	}
 	if e.readers["gone"] != nil {
 		t.Error("the principals of a group with nothing left are kept")
 	}
-	if e.readers["kept"] == nil || e.readers["busy"] == nil || e.topics["busy"] == nil {
+	if r := e.readers["kept"]; r == nil || !r["User:a"] || r["User:b"] {
+		t.Errorf("group kept: principals %v, want User:a only (User:b's member is gone)", r)
+	}
+	if e.readers["busy"] == nil || e.topics["busy"] == nil {
 		t.Errorf("a live group was forgotten: readers %v topics %v", e.readers, e.topics)
 	}
 }

@@ -267,6 +267,9 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 	if req.TransactionalID == nil || *req.TransactionalID == "" {
 		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: TxnShareAcknowledge needs a TransactionalId"), nil
 	}
+	if !keepable(*req.TransactionalID, req.GroupID, req.MemberID) {
+		return ErrorResponse(req, kerr.InvalidRequest.Code, fmt.Sprintf("sharetx: the transactional id, group id and member id must each be at most %d bytes (sharetx keeps no longer ids)", MaxKeptIDBytes)), nil
+	}
 	pre, refused := l.preParse(req)
 	if refused != nil {
 		return refused, nil
