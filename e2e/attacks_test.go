@@ -1068,3 +1068,77 @@ func ledgerEntries(t *testing.T, p *Proxy, kind string) float64 {
 	t.Fatalf("no sharetx_ledger_entries{kind=%q}", kind)
 	return 0
 }
+
+// TestAttackSessionTakeoverReplaysNothing: a member's share session is
+// taken over by a connection of the same principal (or, on a cluster
+// without SASL, of anyone: the proxy cannot tell them apart) while its
+// acknowledgements are staged: a ShareFetch with the member's id and epoch
+// -1 closes the member's session and the broker releases its records. The
+// member must not be handed those records again, neither before its commit
+// nor after it, and a fresh member gets none of them once it committed: the
+// proxy screens them when they come back (sharetx_redelivered_records_total)
+// and acknowledges them on the new acquisition. (A takeover before anything
+// is staged is an ordinary redelivery, which the proxy lets through.)
+func TestAttackSessionTakeoverReplaysNothing(t *testing.T) {
+	secBackends(t, func(t *testing.T, s *secCluster) {
+		const n = 10
+		ctx, a, recs, pid, epoch := s.aliceStarted(t, n)
+		m := s.member(t, ctx, a)
+		if res := s.stageAs(t, a.user, a.txnID, pid, epoch, m, recs, 1); res.code != 0 {
+			t.Fatalf("alice's TxnShareAcknowledge: %v (%s)", res.err(), res.message)
+		}
+		screenedBefore := metricValue(s.p, "sharetx_redelivered_records_total")
+		c := saslDial(t, s.leaderAddr(t, ctx), secAlice)
+		fetch := kmsg.NewPtrShareFetchRequest()
+		fetch.Version = 1
+		fetch.GroupID, fetch.MemberID, fetch.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), -1
+		c.Write(rawRequest(fetch.Key(), 1, 1, fetch.AppendTo(nil)))
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		f, err := readResponse(c)
+		if err != nil {
+			t.Fatalf("the takeover ShareFetch: no answer: %v", err)
+		}
+		fr := kmsg.NewPtrShareFetchResponse()
+		fr.Version = 1
+		if err := fr.ReadFrom(f[5:]); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s answered the takeover ShareFetch with %v", s.b.Name, kerr.ErrorForCode(fr.ErrorCode))
+		again := map[int64]int{}
+		poll := func(d time.Duration) {
+			for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				for _, r := range a.consumer.PollRecords(pctx, n).Records() {
+					again[r.Offset]++
+				}
+				cancel()
+			}
+		}
+		poll(5 * time.Second)
+		if len(again) != 0 {
+			t.Errorf("alice was handed records again while their acknowledgements were staged: offsets %v", again)
+		}
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = a.txnID, pid, epoch, true
+		resp, err := req.RequestWith(ctx, a.producer)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err != nil {
+			t.Fatalf("alice's EndTxn: %v", err)
+		}
+		poll(5 * time.Second)
+		if len(again) != 0 {
+			t.Errorf("alice was handed records again after their acknowledgements were committed: offsets %v", again)
+		}
+		screened := metricValue(s.p, "sharetx_redelivered_records_total") - screenedBefore
+		t.Logf("redelivered records screened %v, upstream ack failures %v", screened, metricValue(s.p, "sharetx_upstream_ack_failures_total"))
+		if screened == 0 {
+			t.Error("no record came back after the takeover: the broker did not release the session's records, and the test proved nothing")
+		}
+		a.consumer.Close()
+		if left := s.freshMemberGets(t, 3*time.Second); len(left) != 0 {
+			t.Fatalf("%d of alice's committed records still to be delivered", len(left))
+		}
+	})
+}
