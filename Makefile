@@ -29,17 +29,18 @@ vet:
 # - the end-to-end tests' real-broker halves that one broker proves (the
 #   protocol, the KIP's semantics, authorisation: E2E_PASS=one-node) on a
 #   one-node cluster;
-# - the Java library's tests (JUnit) through a proxy in front of that node and
-#   through the zero-config start (embedded cluster);
+# - the Java library's tests (JUnit) through a proxy in front of that node;
 # - on three nodes, only what needs three brokers (failover, leaders on
 #   several nodes, Java clients following such metadata: E2E_PASS=three-node),
 #   the short chaos runs (e2e/chaos: workers and proxies killed with kill -9
 #   under load, Go and Java workers, counted exactly-once) and the two-minute
-#   soak; at the same time, the Java library with kafka-clients 4.2.2 against
-#   Kafka 4.2.2 (a one-node cluster of its own). The two packages of that
-#   pass run one after the other (-p 1): ./e2e's failover tests kill -9 and
-#   restart brokers of the cluster the chaos runs use, a fault those runs
-#   neither inject nor expect (CI, once: a worker-kill phase stalled at
+#   soak, at the same time as the Java library with kafka-clients 4.2.2
+#   against Kafka 4.2.2 (a one-node cluster of its own); then the three-node
+#   tests of ./e2e, at the same time as the Java library through the
+#   zero-config start (its embedded cluster: no Kafka). The chaos runs and
+#   ./e2e's three-node tests never overlap: ./e2e's failover tests kill -9
+#   and restart brokers of the cluster the chaos runs use, a fault those
+#   runs neither inject nor expect (CI, once: a worker-kill phase stalled at
 #   285/300 after both its workers lost their group coordinator at the same
 #   moment, most likely to such a restart);
 # - a short fuzz of every decoder.
@@ -56,10 +57,12 @@ test:
 	  "Go, race detector: every package, kfake halves" "$(MAKE) --no-print-directory test-race" \
 	  "Go, Kafka x1: real-broker halves" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 E2E_PASS=one-node PKGS='./e2e ./e2e/bench'"
 	@$(STEP) "Java library through a proxy (Kafka x1)" $(MAKE) --no-print-directory test-java
-	@$(STEP) "Java library, zero-config start" $(MAKE) --no-print-directory test-java-embedded
 	@$(STEP) --together \
-	  "Go, Kafka x3: three-broker tests, chaos, soak (one package at a time)" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e/chaos ./e2e' GO_TEST_FLAGS='$(GO_TEST_FLAGS) -p 1'" \
+	  "Go, Kafka x3: chaos, soak" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e/chaos'" \
 	  "Java library, kafka-clients 4.2.2 / Kafka 4.2.2" "$(MAKE) --no-print-directory test-java-compat"
+	@$(STEP) --together \
+	  "Go, Kafka x3: three-broker tests" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e'" \
+	  "Java library, zero-config start" "$(MAKE) --no-print-directory test-java-embedded"
 	@$(STEP) "fuzz every decoder (5 s each)" $(MAKE) --no-print-directory fuzz FUZZTIME=5s
 	@$(STEP) --table
 
