@@ -57,7 +57,9 @@ start_proxy() {
   log "proxy $name pid $pid at $bs (metrics $met) in front of $upstream, ready at $((SECONDS - t0)) s; log $WORK/proxy-$name.log"
   printf -v "${name}_BS" '%s' "$bs"
   printf -v "${name}_PID" '%s' "$pid"
+  METS+=("$name=$met")
 }
+METS=()
 
 start_proxy plain "$SEEDS"
 # The cluster's own address, for the test that calls it without a sidecar (none when embedded).
@@ -87,6 +89,14 @@ if [ "${JAVA_TEST_COPY:-0}" = 1 ]; then
 fi
 rc=0
 (cd "$jdir" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS SHARETX_STALL_BOOTSTRAP=$stall_BS SHARETX_STALL_PID=$stall_PID mvn -B $offline "$@" test) || rc=$?
-if [ $rc != 0 ]; then log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true; fi
+if [ $rc != 0 ]; then
+  log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true
+  # What each proxy holds and did, for a failure that left no warning (the work directory may be
+  # gone by the time a CI log is read).
+  for nm in "${METS[@]}"; do
+    log "proxy ${nm%%=*}: its state and counters at the end"
+    curl -sf "http://${nm#*=}/metrics" 2>/dev/null | grep -E '^sharetx_(tx_pending_records|ledger_entries|share_sessions|staged_calls_open|redelivered_records_total|txn_share_acknowledge_total|staging_failures_total|markers_total|upstream_ack_failures_total|client_acks_absorbed_total|share_session_wait_seconds_count|connections_closed_total)' >&2 || true
+  done
+fi
 log "done in $((SECONDS - t0)) s (rc=$rc)"
 exit $rc
