@@ -18,10 +18,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gopkg.in/yaml.v3"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/proxy"
@@ -38,9 +40,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	upstreamFlag := fs.String("upstream", "", "upstream bootstrap servers, host:port[,host:port]; empty starts an embedded cluster")
 	bootstrap := fs.String("bootstrap", "", "address of the bootstrap listener (listen.bootstrap), e.g. 127.0.0.1:9092")
 	metricsAddr := fs.String("metrics", "", "address of /metrics, /healthz and /readyz (metrics.address)")
-	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it, and exit")
+	checkOnly := fs.Bool("check-config", false, "validate the configuration, print it as YAML (upstream.sasl.password redacted), and exit")
+	showVersion := fs.Bool("version", false, "print the version of sharetx and of Go it was built with, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sharetx: unexpected argument %q (flags start with --)\n", fs.Arg(0))
@@ -69,7 +76,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if shown.Upstream.SASL.Password != "" {
 			shown.Upstream.SASL.Password = "(redacted)"
 		}
-		fmt.Fprintf(stdout, "configuration OK: %+v\n", shown)
+		b, err := yaml.Marshal(shown)
+		if err != nil {
+			fmt.Fprintf(stderr, "sharetx: printing the configuration: %v\n", err)
+			return 1
+		}
+		// The YAML alone on stdout, so that it can be saved and loaded
+		// back with --config; the verdict on stderr.
+		stdout.Write(b)
+		fmt.Fprintln(stderr, "sharetx: configuration OK")
 		return 0
 	}
 	log := newLogger(cfg.Log, stderr)
@@ -97,6 +112,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sharetx: %v\n", err)
 		return 1
 	}
+}
+
+// versionLine is what --version prints: the module version (a release tag,
+// or (devel) for a build from a work tree), the commit and its time when the
+// build recorded them (go build -buildvcs), and the Go version.
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "sharetx (no build information)"
+	}
+	v := "sharetx " + bi.Main.Version
+	var rev, at, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" (commit %s, %s%s)", rev, at, modified)
+	}
+	return v + " " + bi.GoVersion
 }
 
 // httpHandler is what sharetx serves at metrics.address.

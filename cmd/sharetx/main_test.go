@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sharetx/sharetx/configs"
 )
 
 func buildBinary(t *testing.T) string {
@@ -188,5 +192,54 @@ func TestCheckConfigRedactsPassword(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "s3cr3t-pw") || !strings.Contains(out.String(), "(redacted)") {
 		t.Fatalf("--check-config output: %s", out.String())
+	}
+}
+
+// --check-config prints the effective configuration as YAML on stdout (the
+// verdict on stderr): loaded back with --config it is the same
+// configuration.
+func TestCheckConfigPrintsLoadableYAML(t *testing.T) {
+	t.Setenv("SHARETX_UPSTREAM_BOOTSTRAP_SERVERS", "127.0.0.1:1,127.0.0.1:2")
+	t.Setenv("SHARETX_KIP1289_CLOSE_HOLD", "90s")
+	var out, errb bytes.Buffer
+	if code := run([]string{"--check-config", "--bootstrap", "127.0.0.1:19999"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "configuration OK") {
+		t.Fatalf("stderr: %q", errb.String())
+	}
+	want, err := configs.Load("", os.Environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Listen.Bootstrap = "127.0.0.1:19999"
+	f := filepath.Join(t.TempDir(), "printed.yaml")
+	if err := os.WriteFile(f, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := configs.Load(f, nil)
+	if err != nil {
+		t.Fatalf("the printed configuration does not load: %v\n%s", err, out.String())
+	}
+	// Compared as printed: a map or list the YAML shows empty loads
+	// empty, where the defaults leave it nil.
+	g, _ := yaml.Marshal(got)
+	w, _ := yaml.Marshal(want)
+	if !bytes.Equal(g, w) || !bytes.Equal(out.Bytes(), w) {
+		t.Fatalf("printed:\n%s\nloaded back:\n%s\nwant:\n%s", out.String(), g, w)
+	}
+	if got.KIP1289.CloseHold != 90*time.Second || len(got.Upstream.BootstrapServers) != 2 {
+		t.Fatalf("the environment's settings were not printed: close_hold %v, upstream %v", got.KIP1289.CloseHold, got.Upstream.BootstrapServers)
+	}
+}
+
+// --version names sharetx and the Go version, and starts nothing.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--version"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if line := out.String(); !strings.HasPrefix(line, "sharetx ") || !strings.Contains(line, runtime.Version()) || strings.Count(line, "\n") != 1 {
+		t.Fatalf("--version printed %q", line)
 	}
 }
