@@ -242,6 +242,22 @@ func saslDial(t *testing.T, addr, user string) net.Conn {
 	return c
 }
 
+// exchange sends req on c (correlation id corr) and decodes the answer into
+// resp (of req's version); what names the exchange in a failure.
+func exchange(t *testing.T, c net.Conn, what string, corr int32, req kmsg.Request, resp kmsg.Response) {
+	t.Helper()
+	c.Write(rawRequest(req.Key(), req.GetVersion(), corr, req.AppendTo(nil)))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	f, err := readResponse(c)
+	if err != nil {
+		t.Fatalf("%s: no answer: %v", what, err)
+	}
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(f[5:]); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // refSendOn sends one TxnShareAcknowledge on c and decodes the answer; ok
 // is false when the proxy closed the connection instead.
 func refSendOn(t *testing.T, c net.Conn, corr int32, body []byte) (refResult, bool) {
@@ -289,6 +305,14 @@ func (s *secCluster) aliceStagesAndCommits(t *testing.T, ctx context.Context, a 
 	if res := s.stageAs(t, a.user, a.txnID, pid, epoch, s.member(t, ctx, a), recs, 1); res.code != 0 {
 		t.Fatalf("alice's own TxnShareAcknowledge after the attack: %v (%s)", res.err(), res.message)
 	}
+	a.commit(t, ctx, pid, epoch)
+	s.aliceDone(t, a)
+}
+
+// commit ends a's transaction (producer id pid, epoch epoch) with a
+// committing EndTxn.
+func (a *app) commit(t *testing.T, ctx context.Context, pid int64, epoch int16) {
+	t.Helper()
 	req := kmsg.NewPtrEndTxnRequest()
 	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = a.txnID, pid, epoch, true
 	resp, err := req.RequestWith(ctx, a.producer)
@@ -296,8 +320,15 @@ func (s *secCluster) aliceStagesAndCommits(t *testing.T, ctx context.Context, a 
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
 	if err != nil {
-		t.Fatalf("EndTxn: %v", err)
+		t.Fatalf("%s's EndTxn: %v", a.user, err)
 	}
+}
+
+// aliceDone waits for alice's committed acknowledgements to be applied,
+// closes her consumer and checks that a fresh member is handed none of her
+// records.
+func (s *secCluster) aliceDone(t *testing.T, a *app) {
+	t.Helper()
 	Wait(t, 30*time.Second, "alice's acknowledgements applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
 	a.consumer.Close()
 	if left := s.freshMemberGets(t, 3*time.Second); len(left) != 0 {
@@ -819,16 +850,10 @@ func TestAttackOwnershipFromProduce(t *testing.T) {
 		rp.Records = staging.AppendRecordBatch(nil, pid, epoch, 0, time.Now().UnixMilli(), []byte("bob, as alice"))
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		c.Write(rawRequest(req.Key(), req.Version, 1, req.AppendTo(nil)))
-		c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		f, err := readResponse(c)
-		if err != nil {
-			t.Fatalf("bob's Produce in alice's name: no answer: %v", err)
-		}
 		resp := kmsg.NewPtrProduceResponse()
-		resp.Version = req.Version
-		if err := resp.ReadFrom(f[5:]); err != nil || len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			t.Fatalf("bob's Produce in alice's name: answer %+v (%v)", resp, err)
+		exchange(t, c, "bob's Produce in alice's name", 1, req, resp)
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			t.Fatalf("bob's Produce in alice's name: answer %+v", resp)
 		}
 		code := resp.Topics[0].Partitions[0].ErrorCode
 		t.Logf("%s answered bob's Produce in alice's name with %v", s.b.Name, kerr.ErrorForCode(code))
@@ -878,12 +903,7 @@ func TestAttackClientsMoveNoAlertCounters(t *testing.T) {
 		fetch := kmsg.NewPtrShareFetchRequest()
 		fetch.Version = 1
 		fetch.GroupID, fetch.MemberID, fetch.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), 7
-		c := saslDial(t, leader, secAlice)
-		c.Write(rawRequest(fetch.Key(), 1, 1, fetch.AppendTo(nil)))
-		c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		if _, err := readResponse(c); err != nil {
-			t.Fatalf("alice's ShareFetch out of step: no answer: %v", err)
-		}
+		exchange(t, saslDial(t, leader, secAlice), "alice's ShareFetch out of step", 1, fetch, kmsg.NewPtrShareFetchResponse())
 		// DescribeConfigs passes the proxy undecoded: its garbage reaches
 		// the broker, which closes the connection with the rest unread.
 		garbage := make([]byte, 64)
@@ -1003,16 +1023,10 @@ func TestAttackStateOutlivesItsOwner(t *testing.T) {
 			req := kmsg.NewPtrInitProducerIDRequest()
 			req.Version = 4
 			req.TransactionalID, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch = &id, 60000, -1, -1
-			c.Write(rawRequest(req.Key(), req.Version, int32(100+i), req.AppendTo(nil)))
-			c.SetReadDeadline(time.Now().Add(30 * time.Second))
-			f, err := readResponse(c)
-			if err != nil {
-				t.Fatalf("InitProducerId %d: no answer: %v", i, err)
-			}
 			resp := kmsg.NewPtrInitProducerIDResponse()
-			resp.Version = req.Version
-			if err := resp.ReadFrom(f[5:]); err != nil || resp.ErrorCode != 0 {
-				t.Fatalf("InitProducerId %d (%d bytes of id): %v %v", i, len(id), err, kerr.ErrorForCode(resp.ErrorCode))
+			exchange(t, c, "InitProducerId "+strconv.Itoa(i), int32(100+i), req, resp)
+			if resp.ErrorCode != 0 {
+				t.Fatalf("InitProducerId %d (%d bytes of id): %v", i, len(id), kerr.ErrorForCode(resp.ErrorCode))
 			}
 		}
 		for i := 0; i < 12; i++ {
@@ -1031,44 +1045,19 @@ func TestAttackStateOutlivesItsOwner(t *testing.T) {
 		if got := ledgerEntries(t, s.p, "transactions"); got != 1 {
 			t.Errorf("after a prune past the transactions' timeouts the proxy keeps %v transactional ids, want 1 (alice's, with offsets staged)", got)
 		}
-		req := kmsg.NewPtrEndTxnRequest()
-		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = a.txnID, pid, epoch, true
-		resp, err := req.RequestWith(ctx, a.producer)
-		if err == nil {
-			err = kerr.ErrorForCode(resp.ErrorCode)
-		}
-		if err != nil {
-			t.Fatalf("alice's EndTxn: %v", err)
-		}
-		Wait(t, 30*time.Second, "alice's acknowledgements applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
-		a.consumer.Close()
-		if left := s.freshMemberGets(t, 3*time.Second); len(left) != 0 {
-			t.Fatalf("%d of alice's records still to be delivered after her commit", len(left))
-		}
+		a.commit(t, ctx, pid, epoch)
+		s.aliceDone(t, a)
 	})
 }
 
 // ledgerEntries is the proxy's sharetx_ledger_entries{kind}.
 func ledgerEntries(t *testing.T, p *Proxy, kind string) float64 {
 	t.Helper()
-	mfs, err := p.Metrics().Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := labelledValue(p, "sharetx_ledger_entries", "kind", kind)
+	if !ok {
+		t.Fatalf("no sharetx_ledger_entries{kind=%q}", kind)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sharetx_ledger_entries" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "kind" && lp.GetValue() == kind {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no sharetx_ledger_entries{kind=%q}", kind)
-	return 0
+	return v
 }
 
 // TestAttackSessionTakeoverReplaysNothing: a member's share session is
@@ -1094,17 +1083,8 @@ func TestAttackSessionTakeoverReplaysNothing(t *testing.T) {
 		fetch := kmsg.NewPtrShareFetchRequest()
 		fetch.Version = 1
 		fetch.GroupID, fetch.MemberID, fetch.ShareSessionEpoch = kmsg.StringPtr(s.group), kmsg.StringPtr(m.member), -1
-		c.Write(rawRequest(fetch.Key(), 1, 1, fetch.AppendTo(nil)))
-		c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		f, err := readResponse(c)
-		if err != nil {
-			t.Fatalf("the takeover ShareFetch: no answer: %v", err)
-		}
 		fr := kmsg.NewPtrShareFetchResponse()
-		fr.Version = 1
-		if err := fr.ReadFrom(f[5:]); err != nil {
-			t.Fatal(err)
-		}
+		exchange(t, c, "the takeover ShareFetch", 1, fetch, fr)
 		t.Logf("%s answered the takeover ShareFetch with %v", s.b.Name, kerr.ErrorForCode(fr.ErrorCode))
 		again := map[int64]int{}
 		poll := func(d time.Duration) {
@@ -1120,15 +1100,7 @@ func TestAttackSessionTakeoverReplaysNothing(t *testing.T) {
 		if len(again) != 0 {
 			t.Errorf("alice was handed records again while their acknowledgements were staged: offsets %v", again)
 		}
-		req := kmsg.NewPtrEndTxnRequest()
-		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = a.txnID, pid, epoch, true
-		resp, err := req.RequestWith(ctx, a.producer)
-		if err == nil {
-			err = kerr.ErrorForCode(resp.ErrorCode)
-		}
-		if err != nil {
-			t.Fatalf("alice's EndTxn: %v", err)
-		}
+		a.commit(t, ctx, pid, epoch)
 		poll(5 * time.Second)
 		if len(again) != 0 {
 			t.Errorf("alice was handed records again after their acknowledgements were committed: offsets %v", again)

@@ -96,23 +96,8 @@ func TestJavaClientsThroughProxy(t *testing.T) {
 }
 
 func requests(p *Proxy, api string) float64 {
-	mfs, err := p.Metrics().Registry.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sharetx_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "api" && l.GetValue() == api {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := labelledValue(p, "sharetx_requests_total", "api", api)
+	return v
 }
 
 var ssPid = regexp.MustCompile(`pid=(\d+)`)

@@ -830,6 +830,28 @@ func metricValue(p *Proxy, name string) float64 {
 	return sum
 }
 
+// labelledValue is the value of the proxy's series name{label="value"} (a
+// counter's or a gauge's); ok is false when there is none.
+func labelledValue(p *Proxy, name, label, value string) (float64, bool) {
+	mfs, err := p.Metrics().Registry.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
 // TestReferenceClientTransactionalInputGaps: an input written by a
 // transactional producer holds a commit marker after every transaction, and
 // the broker hands a member those offsets too. The reference client
