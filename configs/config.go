@@ -212,6 +212,10 @@ type Timeouts struct {
 type Metrics struct {
 	// Address of /metrics, /healthz and /readyz; empty disables them.
 	Address string `yaml:"address"`
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ at
+	// the same address. Off by default: a profile shows what the proxy
+	// holds (record contents, ids) to whoever can reach the address.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures log/slog.
@@ -554,6 +558,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Timeouts.ClientAuthenticate < 0 {
 		return errorf("timeouts.client_authenticate", "must not be negative (0 disables)")
+	}
+	if c.Metrics.Pprof && c.Metrics.Address == "" {
+		return errorf("metrics.pprof", "needs metrics.address: the profiles are served there")
 	}
 	if c.Metrics.Address != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {

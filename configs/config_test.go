@@ -82,6 +82,7 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{yaml: "upstream:\n  bootstrap_servers: [nohost]\n", key: "upstream.bootstrap_servers"},
 		{yaml: "upstream:\n  dial_timeout: -1s\n", key: "upstream.dial_timeout"},
 		{yaml: "log:\n  level: loud\n", key: "log.level"},
+		{yaml: "metrics:\n  address: \"\"\n  pprof: true\n", key: "metrics.pprof"},
 		{yaml: "upstream:\n  tls:\n    enabled: true\n    ca_file: /no/such/file\n", key: "upstream.tls.ca_file"},
 		{env: "SHARETX_LIMITS_MAX_FRAME_BYTES=lots", key: "limits.max_frame_bytes"},
 		{env: "SHARETX_UPSTREAM_DIAL_TIMEOUT=10", key: "upstream.dial_timeout"},

@@ -53,7 +53,7 @@ func (s *Server) StartKIP(ctx context.Context, cl *upstream.Client) error {
 	if err != nil {
 		return fmt.Errorf("shadow topic %s end offsets: %w", cfg.ShadowTopic, err)
 	}
-	t, err := markers.Follow(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), cfg.ShadowTopic, start, key, kip.Resolver())
+	t, err := markers.Follow(append(upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL), upstream.Logger(s.log, "shadow-tail")), cfg.ShadowTopic, start, key, kip.Resolver())
 	if err != nil {
 		return fmt.Errorf("tailing shadow topic %s: %w", cfg.ShadowTopic, err)
 	}

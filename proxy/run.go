@@ -95,7 +95,7 @@ func (s *Server) Run(ctx context.Context, opts RunOptions) error {
 		s.metricsAddr = ln.Addr().String()
 		s.mu.Unlock()
 	}
-	cl, err := upstream.NewClient(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL)
+	cl, err := upstream.NewClient(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL, upstream.Logger(s.log, "upstream"))
 	if err != nil {
 		s.Shutdown(context.Background())
 		return fmt.Errorf("upstream client: %w", err)

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -96,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err = srv.Run(ctx, proxy.RunOptions{Out: stdout, HTTP: httpHandler(srv)})
+	err = srv.Run(ctx, proxy.RunOptions{Out: stdout, HTTP: httpHandler(srv, cfg.Metrics.Pprof)})
 	var cfgErr *configs.Error
 	var fatal *proxy.FatalError
 	switch {
@@ -142,9 +143,17 @@ func versionLine() string {
 	return v + " " + bi.GoVersion
 }
 
-// httpHandler is what sharetx serves at metrics.address.
-func httpHandler(srv *proxy.Server) http.Handler {
+// httpHandler is what sharetx serves at metrics.address (and, with
+// metrics.pprof, Go's profiles).
+func httpHandler(srv *proxy.Server, withPprof bool) http.Handler {
 	mux := http.NewServeMux()
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/proxy"
 )
 
 func buildBinary(t *testing.T) string {
@@ -241,5 +244,29 @@ func TestVersion(t *testing.T) {
 	}
 	if line := out.String(); !strings.HasPrefix(line, "sharetx ") || !strings.Contains(line, runtime.Version()) || strings.Count(line, "\n") != 1 {
 		t.Fatalf("--version printed %q", line)
+	}
+}
+
+// Go's profiles are served only when metrics.pprof asks for them.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	srv, err := proxy.New(configs.Default(), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		hs := httptest.NewServer(httpHandler(srv, on))
+		resp, err := http.Get(hs.URL + "/debug/pprof/heap?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if profiled := resp.StatusCode == 200 && strings.Contains(string(body), "heap profile"); profiled != on {
+			t.Errorf("metrics.pprof %v: /debug/pprof/heap answered %d %.60q", on, resp.StatusCode, body)
+		}
+		if resp, err := http.Get(hs.URL + "/metrics"); err != nil || resp.StatusCode != 200 {
+			t.Errorf("metrics.pprof %v: /metrics: %v %v", on, err, resp)
+		}
+		hs.Close()
 	}
 }

@@ -84,7 +84,7 @@ func TestFlagsPathsTestsTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(paths, " ") != "/healthz /metrics /readyz" {
+	if strings.Join(paths, " ") != "/debug/pprof/ /debug/pprof/cmdline /debug/pprof/profile /debug/pprof/symbol /debug/pprof/trace /healthz /metrics /readyz" {
 		t.Errorf("HTTP paths %v", paths)
 	}
 	tests, err := Tests(r)
