@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +18,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Proc is a child OS process (sharetx or a worker) whose stdout and stderr
@@ -238,27 +243,70 @@ func Scrape(addr, prefix string) (map[string]float64, error) {
 	return ParseMetrics(resp.Body, prefix)
 }
 
-// ParseMetrics parses the Prometheus text format as Scrape does.
+// ParseMetrics parses the Prometheus text format (prometheus/common's
+// expfmt) as Scrape does: every series whose name starts with prefix, keyed
+// by its name and labels as the exposition prints them (a histogram's
+// name_bucket{...,le="…"}, name_sum and name_count; a summary's quantiles,
+// name_sum and name_count).
 func ParseMetrics(r io.Reader, prefix string) (map[string]float64, error) {
-	m := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || !strings.HasPrefix(line, prefix) || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		m[strings.TrimSpace(line[:i])] = v
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
-	return m, sc.Err()
+	m := map[string]float64{}
+	put := func(name string, labels []*dto.LabelPair, last string, v float64) {
+		if !strings.HasPrefix(name, prefix) {
+			return
+		}
+		var parts []string
+		for _, l := range labels {
+			parts = append(parts, l.GetName()+"="+strconv.Quote(l.GetValue()))
+		}
+		if last != "" {
+			parts = append(parts, last)
+		}
+		if len(parts) > 0 {
+			name += "{" + strings.Join(parts, ",") + "}"
+		}
+		m[name] = v
+	}
+	bound := func(label string, v float64) string {
+		return label + `="` + strconv.FormatFloat(v, 'g', -1, 64) + `"`
+	}
+	for name, f := range fams {
+		for _, x := range f.GetMetric() {
+			ls := x.GetLabel()
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				put(name, ls, "", x.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				put(name, ls, "", x.GetGauge().GetValue())
+			case dto.MetricType_HISTOGRAM:
+				h := x.GetHistogram()
+				inf := false
+				for _, b := range h.GetBucket() {
+					inf = inf || math.IsInf(b.GetUpperBound(), 1)
+					put(name+"_bucket", ls, bound("le", b.GetUpperBound()), float64(b.GetCumulativeCount()))
+				}
+				if !inf {
+					put(name+"_bucket", ls, `le="+Inf"`, float64(h.GetSampleCount()))
+				}
+				put(name+"_sum", ls, "", h.GetSampleSum())
+				put(name+"_count", ls, "", float64(h.GetSampleCount()))
+			case dto.MetricType_SUMMARY:
+				s := x.GetSummary()
+				for _, q := range s.GetQuantile() {
+					put(name, ls, bound("quantile", q.GetQuantile()), q.GetValue())
+				}
+				put(name+"_sum", ls, "", s.GetSampleSum())
+				put(name+"_count", ls, "", float64(s.GetSampleCount()))
+			default:
+				put(name, ls, "", x.GetUntyped().GetValue())
+			}
+		}
+	}
+	return m, nil
 }
 
 // Sum adds up the series of metric name in m whose labels contain every

@@ -12,7 +12,6 @@ sharetx_markers_total{type="abort"} 2
 sharetx_markers_total_extra 100
 sharetx_tx_pending_records 0
 go_goroutines 12
-sharetx_bad_value x
 `
 
 func TestParseMetricsAndSum(t *testing.T) {
