@@ -98,6 +98,18 @@ type KIP1289 struct {
 	// transaction's EndTxn). The embedded cluster (franz-go's kfake) does
 	// not authorise it, and sharetx sets false in front of it itself.
 	LearnOwnerFromProduce bool `yaml:"learn_owner_from_produce"`
+	// OAuthBearerSubClaim is the claim of an OAUTHBEARER token that names
+	// its principal (User:<claim>): the cluster's
+	// sasl.oauthbearer.sub.claim.name, "sub" unless it names another.
+	OAuthBearerSubClaim string `yaml:"oauthbearer_sub_claim"`
+	// GSSAPIPrincipal: every connection the broker accepted through GSSAPI
+	// (Kerberos) is this principal ("User:app"). The proxy cannot read a
+	// Kerberos principal from the exchange; set this only for a sidecar
+	// whose listener nothing but its own application reaches (one
+	// principal), as it trusts exactly that. Empty: each GSSAPI connection
+	// is an identity of its own (TxnShareAcknowledge then refuses calls
+	// naming another connection's transaction or acquisitions).
+	GSSAPIPrincipal string `yaml:"gssapi_principal"`
 }
 
 // Listen is the client-facing side: where clients connect and what address
@@ -273,6 +285,7 @@ func Default() Config {
 			RecoveryLookback:      time.Hour,
 			LearnOwnerFromProduce: true,
 			NotReadyRetryFor:      15 * time.Second,
+			OAuthBearerSubClaim:   "sub",
 
 			MaxOffsetsPerCall:    100000,
 			MaxPartitionsPerCall: 1000,
@@ -602,6 +615,14 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.MaxPartitionsPerCall < 1 || c.KIP1289.MaxPartitionsPerCall > 100000 {
 		return errorf("kip1289.max_partitions_per_call", "%d is outside 1..100000", c.KIP1289.MaxPartitionsPerCall)
+	}
+	if c.KIP1289.OAuthBearerSubClaim == "" {
+		return errorf("kip1289.oauthbearer_sub_claim", "empty: name the token claim that holds the principal (the cluster's sasl.oauthbearer.sub.claim.name, sub by default)")
+	}
+	if p := c.KIP1289.GSSAPIPrincipal; p != "" {
+		if typ, name, ok := strings.Cut(p, ":"); !ok || typ == "" || name == "" {
+			return errorf("kip1289.gssapi_principal", "%q is not a principal Type:name (User:app)", p)
+		}
 	}
 	if f := c.KIP1289.ShadowKeyFile; f != "" {
 		b, err := os.ReadFile(f)

@@ -83,6 +83,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{yaml: "upstream:\n  dial_timeout: -1s\n", key: "upstream.dial_timeout"},
 		{yaml: "log:\n  level: loud\n", key: "log.level"},
 		{yaml: "metrics:\n  address: \"\"\n  pprof: true\n", key: "metrics.pprof"},
+		{yaml: "kip1289:\n  gssapi_principal: app\n", key: "kip1289.gssapi_principal"},
+		{env: "SHARETX_KIP1289_OAUTHBEARER_SUB_CLAIM=", key: "kip1289.oauthbearer_sub_claim"},
 		{yaml: "upstream:\n  tls:\n    enabled: true\n    ca_file: /no/such/file\n", key: "upstream.tls.ca_file"},
 		{env: "SHARETX_LIMITS_MAX_FRAME_BYTES=lots", key: "limits.max_frame_bytes"},
 		{env: "SHARETX_UPSTREAM_DIAL_TIMEOUT=10", key: "upstream.dial_timeout"},

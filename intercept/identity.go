@@ -31,12 +31,14 @@ import (
 // authentication id and SCRAM's user name are the user name Kafka's default
 // principal builder turns into User:<name>, so "User:alice" through PLAIN
 // and through SCRAM is one identity; OAUTHBEARER's is the token's subject
-// claim (Kafka's default principal for it), User:<sub> too. Other
-// mechanisms (GSSAPI) carry the principal in a form the proxy does not
-// read; such a connection is identified by its mechanism and its first
-// authentication token, so only connections that presented the same token
-// share an identity (with Kerberos, none do: see docs/operations.md). A
-// connection that did not authenticate is "" (the broker's ANONYMOUS).
+// claim (Kafka's default principal for it; kip1289.oauthbearer_sub_claim
+// names another), User:<sub> too. GSSAPI carries the principal in a form
+// the proxy does not read: with kip1289.gssapi_principal set, every GSSAPI
+// connection is that principal (the sidecar case); otherwise, as for any
+// other mechanism, a connection is identified by its mechanism and its
+// first authentication token, so only connections that presented the same
+// token share an identity (with Kerberos, none do: see docs/operations.md).
+// A connection that did not authenticate is "" (the broker's ANONYMOUS).
 
 // connIdent is a connection's SASL progress.
 type connIdent struct {
@@ -102,8 +104,8 @@ func (e *KIP1289) saslHandshake(c Conn, mech string) {
 }
 
 // saslAuthenticated records one SaslAuthenticate round trip the broker
-// accepted on c, with the token the client sent.
-func (e *KIP1289) saslAuthenticated(c Conn, token []byte) {
+// accepted on c, with the token the client sent and the broker's reply.
+func (e *KIP1289) saslAuthenticated(c Conn, token, reply []byte) {
 	var known string // the principal, once it became known: told to c after e.ids.mu is released
 	defer func() {
 		if a, ok := c.(Authenticated); ok && known != "" {
@@ -135,11 +137,21 @@ func (e *KIP1289) saslAuthenticated(c Conn, token []byte) {
 		}
 	case m == "OAUTHBEARER":
 		// The broker validated the token; its principal is the token's
-		// subject (Kafka's default sasl.oauthbearer.sub.claim.name).
-		if sub, ok := oauthSubject(ci.first); ok {
+		// claim the cluster names (sasl.oauthbearer.sub.claim.name).
+		if sub, ok := oauthSubject(ci.first, e.cfg.OAuthBearerSubClaim); ok {
 			id = "User:" + sub
 		} else {
 			id = tokenIdent(m, ci.first)
+		}
+	case m == "GSSAPI" && e.cfg.GSSAPIPrincipal != "":
+		// The operator vouches that every Kerberos connection to this
+		// sidecar is one principal (kip1289.gssapi_principal). Complete
+		// once the broker accepted the client's answer to its
+		// security-layer offer (RFC 4752: the context token, the offer,
+		// then an empty final reply): until then the connection stays
+		// authenticating, and TxnShareAcknowledge refuses it.
+		if ci.steps >= 2 && len(reply) == 0 {
+			id = e.cfg.GSSAPIPrincipal
 		}
 	default:
 		id = tokenIdent(m, ci.first)
@@ -156,11 +168,12 @@ func tokenIdent(mech string, first []byte) string {
 	return mech + ":" + hex.EncodeToString(sum[:12])
 }
 
-// oauthSubject reads the "sub" claim of the JWT in an OAUTHBEARER initial
+// oauthSubject reads claim (a string) of the JWT in an OAUTHBEARER initial
 // client response (RFC 7628: gs2-header, then "auth=Bearer <token>" between
 // 0x01 separators). The signature is not checked: the broker did that, and
-// accepted the exchange.
-func oauthSubject(first []byte) (string, bool) {
+// accepted the exchange. An unsecured JWS (alg none, an empty signature, as
+// Kafka's unsecured login handler makes) reads the same.
+func oauthSubject(first []byte, claim string) (string, bool) {
 	for _, kv := range strings.Split(string(first), "\x01") {
 		tok, ok := strings.CutPrefix(kv, "auth=Bearer ")
 		if !ok {
@@ -174,13 +187,12 @@ func oauthSubject(first []byte) (string, bool) {
 		if err != nil {
 			return "", false
 		}
-		var claims struct {
-			Sub string `json:"sub"`
-		}
-		if json.Unmarshal(payload, &claims) != nil || claims.Sub == "" {
+		var claims map[string]json.RawMessage
+		var sub string
+		if json.Unmarshal(payload, &claims) != nil || json.Unmarshal(claims[claim], &sub) != nil || sub == "" {
 			return "", false
 		}
-		return claims.Sub, true
+		return sub, true
 	}
 	return "", false
 }
@@ -240,8 +252,8 @@ func init() {
 	})
 	register(kmsg.SASLAuthenticate, func(env *Env, state any, r kmsg.Response) bool {
 		st, ok := state.(saslState)
-		if ok && r.(*kmsg.SASLAuthenticateResponse).ErrorCode == 0 {
-			env.KIP.saslAuthenticated(st.conn, st.token)
+		if resp := r.(*kmsg.SASLAuthenticateResponse); ok && resp.ErrorCode == 0 {
+			env.KIP.saslAuthenticated(st.conn, st.token, resp.SASLAuthBytes)
 		}
 		return false
 	})
