@@ -2,14 +2,18 @@ package main
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
 	"io"
 	"math"
 	"os"
 	"slices"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // plotLine is one line of a line plot: y against x, drawn solid or dashed.
@@ -22,26 +26,12 @@ type plotLine struct {
 	X, Y     []float64
 }
 
-// writeLinePlot draws lines on shared axes: x at evenly spaced positions
-// (the sorted union of the lines' x values: worker counts), y linear from
-// 0. Each point is marked and labelled with its value. Only the standard
-// library, as writePlot.
+// writeLinePlot draws lines on shared axes (gonum/plot): x at evenly spaced
+// positions (the sorted union of the lines' x values: worker counts), y
+// linear from 0. Each point is marked; unless NoLabels, a line's values are
+// listed in its legend entry; NaN points are left out (the line breaks
+// there).
 func writeLinePlot(w io.Writer, title, xName, yName string, lines []plotLine) error {
-	const (
-		width, plotH  = 1000, 400
-		left, right   = 110, 90
-		bottom        = 70
-		scale         = 2
-		marker        = 5
-		ticks         = 5
-		thick         = 2
-		dash, gap     = 10, 6
-		row, legendX0 = 22, 110
-	)
-	titles := wrapText(title, (width-40)/(4*scale))
-	legendY := 20 + row*len(titles)
-	top := legendY + row*len(lines) + 40
-	height := top + plotH + bottom
 	var xs []float64
 	ymax := 0.0
 	for _, l := range lines {
@@ -58,97 +48,78 @@ func writeLinePlot(w io.Writer, title, xName, yName string, lines []plotLine) er
 	if len(xs) == 0 || ymax <= 0 {
 		return fmt.Errorf("nothing to plot")
 	}
-	ymax = niceCeil(ymax)
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	fill(img, img.Bounds(), color.RGBA{0xff, 0xff, 0xff, 0xff})
-	for i, t := range titles {
-		drawText(img, 20, 12+i*row, t, scale, colText)
+	pl := plot.New()
+	pl.Title.Text = title
+	pl.X.Label.Text = xName
+	pl.Y.Label.Text = yName
+	pl.Y.Min, pl.Y.Max = 0, niceCeil(ymax)*1.05
+	pl.Y.Tick.Marker = shortTicks{}
+	pl.X.Min, pl.X.Max = -0.3, float64(len(xs)-1)+0.3
+	var ticks []plot.Tick
+	for i, x := range xs {
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: fmt.Sprintf("%g", x)})
 	}
-	for i, l := range lines { // legend, one line each
-		x, y := legendX0, legendY+i*row
-		drawSegment(img, x, y+5, x+30, y+5, l.Color, thick+1, l.Dashed, dash, gap)
-		drawText(img, x+40, y, l.Name, scale, colText)
-	}
-	plotW := width - left - right
-	px := func(x float64) int {
-		if len(xs) == 1 {
-			return left + plotW/2
-		}
-		return left + slices.Index(xs, x)*plotW/(len(xs)-1)
-	}
-	py := func(y float64) int { return top + plotH - int(float64(plotH)*y/ymax) }
-	fill(img, image.Rect(left, top+plotH, left+plotW+1, top+plotH+1), colAxis)
-	fill(img, image.Rect(left, top, left+1, top+plotH+1), colAxis)
-	for t := 0; t <= ticks; t++ {
-		v := ymax * float64(t) / ticks
-		y := py(v)
-		fill(img, image.Rect(left-6, y, left, y+1), colAxis)
-		if t > 0 {
-			fill(img, image.Rect(left+1, y, left+plotW, y+1), color.RGBA{0xe8, 0xe8, 0xe8, 0xff})
-		}
-		s := short(v)
-		drawText(img, left-12-textWidth(s, scale), y-5, s, scale, colText)
-	}
-	for _, x := range xs {
-		s := fmt.Sprintf("%g", x)
-		drawText(img, px(x)-textWidth(s, scale)/2, top+plotH+10, s, scale, colText)
-	}
-	drawText(img, left+plotW/2-textWidth(xName, scale)/2, top+plotH+34, xName, scale, colText)
-	drawText(img, 10, top-20, yName, scale, colText)
+	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
+	pl.Add(plotter.NewGrid())
+	pl.Legend.Top, pl.Legend.Left = true, true
 	for _, l := range lines {
-		prevOK := false
-		var x0, y0 int
-		for i := range l.X {
+		var seg plotter.XYs
+		var all plotter.XYs
+		var labels []string
+		flush := func() error {
+			if len(seg) > 1 {
+				ln, err := plotter.NewLine(seg)
+				if err != nil {
+					return err
+				}
+				ln.Color, ln.Width = l.Color, vg.Points(1.5)
+				if l.Dashed {
+					ln.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+				}
+				pl.Add(ln)
+			}
+			seg = nil
+			return nil
+		}
+		for i, x := range l.X {
 			if math.IsNaN(l.Y[i]) {
-				prevOK = false
+				if err := flush(); err != nil {
+					return err
+				}
 				continue
 			}
-			x, y := px(l.X[i]), py(l.Y[i])
-			if prevOK {
-				drawSegment(img, x0, y0, x, y, l.Color, thick, l.Dashed, dash, gap)
-			}
-			fill(img, image.Rect(x-marker, y-marker, x+marker+1, y+marker+1), l.Color)
-			if !l.NoLabels {
-				drawText(img, x+8, y-14, short(l.Y[i]), scale, l.Color)
-			}
-			x0, y0, prevOK = x, y, true
+			p := plotter.XY{X: float64(slices.Index(xs, x)), Y: l.Y[i]}
+			seg, all = append(seg, p), append(all, p)
+			labels = append(labels, short(l.Y[i]))
 		}
-	}
-	return png.Encode(w, img)
-}
-
-// wrapText breaks s into lines of at most n characters at spaces.
-func wrapText(s string, n int) []string {
-	var out []string
-	line := ""
-	for _, w := range strings.Fields(s) {
-		if line != "" && len(line)+1+len(w) > n {
-			out = append(out, line)
-			line = ""
+		if err := flush(); err != nil {
+			return err
 		}
-		if line != "" {
-			line += " "
-		}
-		line += w
-	}
-	return append(out, line)
-}
-
-// drawSegment draws a line of the given thickness, dashed when asked.
-func drawSegment(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA, thick int, dashed bool, dash, gap int) {
-	dx, dy := float64(x1-x0), float64(y1-y0)
-	n := int(math.Max(math.Abs(dx), math.Abs(dy)))
-	for i := 0; i <= n; i++ {
-		if dashed && i%(dash+gap) >= dash {
+		if len(all) == 0 {
 			continue
 		}
-		t := 0.0
-		if n > 0 {
-			t = float64(i) / float64(n)
+		sc, err := plotter.NewScatter(all)
+		if err != nil {
+			return err
 		}
-		x, y := x0+int(math.Round(dx*t)), y0+int(math.Round(dy*t))
-		fill(img, image.Rect(x-thick/2, y-thick/2, x-thick/2+thick, y-thick/2+thick), c)
+		sc.GlyphStyle.Color, sc.GlyphStyle.Shape, sc.GlyphStyle.Radius = l.Color, draw.BoxGlyph{}, vg.Points(3)
+		pl.Add(sc)
+		entry := &plotter.Line{LineStyle: draw.LineStyle{Color: l.Color, Width: vg.Points(1.5)}}
+		if l.Dashed {
+			entry.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+		}
+		name := l.Name
+		if !l.NoLabels {
+			// The values go in the legend, in x order: labels beside the
+			// points would overlap where lines meet.
+			name += ": " + strings.Join(labels, " / ")
+		}
+		pl.Legend.Add(name, entry, sc)
 	}
+	img := vgimg.New(vg.Points(900), vg.Points(560))
+	pl.Draw(draw.New(img))
+	_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
+	return err
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.

@@ -220,7 +220,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 				failed = true
 			}
 			png := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".png"
-			if err := writePlotFile(png, "sharetx bench: direct vs proxy, consumer-group EOS vs sharetx txn (each pair scaled to its larger bar)", res.plotGroups()); err != nil {
+			if err := writePlotFile(png, "sharetx bench: direct vs proxy, consumer-group EOS vs sharetx txn (each pair on its own axis)", res.plotGroups()); err != nil {
 				fmt.Fprintf(stderr, "bench: plot: %v\n", err)
 				failed = true
 			}

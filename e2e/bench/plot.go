@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
 	"io"
+	"math"
 	"os"
-	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // barGroup is one cluster of two bars of the same unit: A (direct, or
@@ -22,63 +26,106 @@ type barGroup struct {
 var (
 	colA    = color.RGBA{0x4c, 0x72, 0xb0, 0xff}
 	colB    = color.RGBA{0xdd, 0x84, 0x52, 0xff}
-	colText = color.RGBA{0x20, 0x20, 0x20, 0xff}
-	colAxis = color.RGBA{0x90, 0x90, 0x90, 0xff}
+	colAxis = color.RGBA{0x90, 0x90, 0x90, 0xff} // reference lines
 )
 
-// writePlot draws a bar chart: one pair of bars per group, each pair
-// scaled to its larger bar (the groups have different units), the B bar
-// labelled with B as a percentage of A, and the absolute values under the
-// group. Only the standard library: bars are rectangles, text is a 3x5
-// bitmap font scaled up.
+// writePlot draws a bar chart (gonum/plot): one panel per group, since the
+// groups have different units, each with its pair of bars on its own axis,
+// the bars labelled with their values and B with B as a percentage of A,
+// under one title.
 func writePlot(w io.Writer, title string, groups []barGroup) error {
-	const (
-		groupW = 150
-		barW   = 50
-		plotH  = 260
-		top    = 70
-		left   = 30
-		scale  = 2 // font scale
-	)
-	width := left*2 + groupW*max(len(groups), 1)
-	height := top + plotH + 90
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	fill(img, img.Bounds(), color.RGBA{0xff, 0xff, 0xff, 0xff})
-	drawText(img, left, 12, title, 3, colText)
-	// legend
-	var la, lb []string
-	for _, g := range groups {
-		if len(la) == 0 || la[len(la)-1] != g.ALabel {
-			la, lb = append(la, g.ALabel), append(lb, g.BLabel)
-		}
+	if len(groups) == 0 {
+		return fmt.Errorf("nothing to plot")
 	}
-	fill(img, image.Rect(left, 40, left+14, 54), colA)
-	drawText(img, left+20, 42, strings.Join(la, ", "), scale, colText)
-	x := left + 20 + textWidth(strings.Join(la, ", "), scale) + 30
-	fill(img, image.Rect(x, 40, x+14, 54), colB)
-	drawText(img, x+20, 42, strings.Join(lb, ", "), scale, colText)
-	base := top + plotH
-	fill(img, image.Rect(left-5, base, width-left+5, base+1), colAxis)
+	const cols = 4
+	rows := (len(groups) + cols - 1) / cols
+	img := vgimg.New(vg.Points(float64(230*min(cols, len(groups)))), vg.Points(float64(40+260*rows)))
+	dc := draw.New(img)
+	head := draw.Crop(dc, 0, 0, vg.Points(float64(260*rows)), 0) // the title's strip at the top
+	ts := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YCenter}
+	ts.Font.Size = vg.Points(12)
+	head.FillText(ts, vg.Point{X: head.Center().X, Y: head.Center().Y}, title)
+	body := draw.Crop(dc, 0, 0, 0, -vg.Points(40))
+	tiles := draw.Tiles{Rows: rows, Cols: min(cols, len(groups)), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	plots := make([][]*plot.Plot, rows)
+	for i := range plots {
+		plots[i] = make([]*plot.Plot, tiles.Cols)
+	}
 	for i, g := range groups {
-		x0 := left + i*groupW + (groupW-2*barW-10)/2
-		m := max(g.A, g.B)
-		h := func(v float64) int {
-			if m <= 0 || v <= 0 {
-				return 0
-			}
-			return int(float64(plotH-20) * v / m)
+		pl, err := barPanel(g)
+		if err != nil {
+			return err
 		}
-		fill(img, image.Rect(x0, base-h(g.A), x0+barW, base), colA)
-		fill(img, image.Rect(x0+barW+10, base-h(g.B), x0+2*barW+10, base), colB)
-		if g.A > 0 {
-			pct := fmt.Sprintf("%.0f%%", 100*g.B/g.A)
-			drawText(img, x0+barW+10, base-h(g.B)-14, pct, scale, colText)
-		}
-		drawText(img, x0, base+8, g.Label, scale, colText)
-		drawText(img, x0, base+26, g.ALabel+" "+short(g.A), scale, colA)
-		drawText(img, x0, base+44, g.BLabel+" "+short(g.B), scale, colB)
+		plots[i/cols][i%cols] = pl
 	}
-	return png.Encode(w, img)
+	canvases := plot.Align(plots, tiles, body)
+	for r := range plots {
+		for c := range plots[r] {
+			if plots[r][c] != nil {
+				plots[r][c].Draw(canvases[r][c])
+			}
+		}
+	}
+	_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
+	return err
+}
+
+// barPanel is one group's two bars.
+func barPanel(g barGroup) (*plot.Plot, error) {
+	pl := plot.New()
+	pl.Title.Text = g.Label
+	pl.Y.Min = 0
+	pl.Y.Max = max(g.A, g.B) * 1.2
+	if pl.Y.Max <= 0 || math.IsNaN(pl.Y.Max) {
+		pl.Y.Max = 1
+	}
+	pl.Y.Tick.Marker = shortTicks{}
+	var labels []string
+	for i, v := range []struct {
+		name string
+		val  float64
+		col  color.RGBA
+	}{{g.ALabel, g.A, colA}, {g.BLabel, g.B, colB}} {
+		bars, err := plotter.NewBarChart(plotter.Values{v.val}, vg.Points(40))
+		if err != nil {
+			return nil, err
+		}
+		bars.Color = v.col
+		bars.LineStyle.Width = 0
+		bars.XMin = float64(i)
+		pl.Add(bars)
+		label := short(v.val)
+		if i == 1 && g.A > 0 {
+			label += fmt.Sprintf(" (%.0f%%)", 100*g.B/g.A)
+		}
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: float64(i), Y: v.val}}, Labels: []string{label}})
+		if err != nil {
+			return nil, err
+		}
+		for j := range lb.TextStyle {
+			lb.TextStyle[j].XAlign = draw.XCenter
+			lb.TextStyle[j].YAlign = draw.YBottom
+		}
+		pl.Add(lb)
+		labels = append(labels, v.name)
+	}
+	pl.NominalX(labels...)
+	pl.X.Min, pl.X.Max = -0.6, 1.6
+	return pl, nil
+}
+
+// shortTicks are gonum's default ticks labelled like the bars (50k, 1.2M).
+type shortTicks struct{}
+
+func (shortTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = short(ts[i].Value)
+		}
+	}
+	return ts
 }
 
 func writePlotFile(path, title string, groups []barGroup) error {
@@ -104,83 +151,3 @@ func short(v float64) string {
 	}
 	return fmt.Sprintf("%.0f", v)
 }
-
-func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
-	r = r.Intersect(img.Bounds())
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			img.SetRGBA(x, y, c)
-		}
-	}
-}
-
-// font3x5: each glyph is 5 rows of 3 pixels, '#' set. Lower case is drawn
-// as upper case; unknown runes as a blank.
-var font3x5 = map[rune]string{
-	'A': ".#. #.# ### #.# #.#",
-	'B': "##. #.# ##. #.# ##.",
-	'C': ".## #.. #.. #.. .##",
-	'D': "##. #.# #.# #.# ##.",
-	'E': "### #.. ##. #.. ###",
-	'F': "### #.. ##. #.. #..",
-	'G': ".## #.. #.# #.# .##",
-	'H': "#.# #.# ### #.# #.#",
-	'I': "### .#. .#. .#. ###",
-	'J': "..# ..# ..# #.# .#.",
-	'K': "#.# #.# ##. #.# #.#",
-	'L': "#.. #.. #.. #.. ###",
-	'M': "#.# ### ### #.# #.#",
-	'N': "##. #.# #.# #.# #.#",
-	'O': ".#. #.# #.# #.# .#.",
-	'P': "##. #.# ##. #.. #..",
-	'Q': ".#. #.# #.# ##. .##",
-	'R': "##. #.# ##. #.# #.#",
-	'S': ".## #.. .#. ..# ##.",
-	'T': "### .#. .#. .#. .#.",
-	'U': "#.# #.# #.# #.# ###",
-	'V': "#.# #.# #.# #.# .#.",
-	'W': "#.# #.# ### ### #.#",
-	'X': "#.# #.# .#. #.# #.#",
-	'Y': "#.# #.# .#. .#. .#.",
-	'Z': "### ..# .#. #.. ###",
-	'0': "### #.# #.# #.# ###",
-	'1': ".#. ##. .#. .#. ###",
-	'2': "### ..# ### #.. ###",
-	'3': "### ..# ### ..# ###",
-	'4': "#.# #.# ### ..# ..#",
-	'5': "### #.. ### ..# ###",
-	'6': "### #.. ### #.# ###",
-	'7': "### ..# ..# ..# ..#",
-	'8': "### #.# ### #.# ###",
-	'9': "### #.# ### ..# ###",
-	'.': "... ... ... ... .#.",
-	'-': "... ... ### ... ...",
-	'%': "#.# ..# .#. #.. #.#",
-	'/': "..# ..# .#. #.. #..",
-	':': "... .#. ... .#. ...",
-	'(': ".#. #.. #.. #.. .#.",
-	')': ".#. ..# ..# ..# .#.",
-	'>': "#.. .#. ..# .#. #..",
-	'=': "... ### ... ### ...",
-	'+': "... .#. ### .#. ...",
-	',': "... ... ... .#. #..",
-	'_': "... ... ... ... ###",
-	'<': "..# .#. #.. .#. ..#",
-	'|': ".#. .#. .#. .#. .#.",
-}
-
-func drawText(img *image.RGBA, x, y int, s string, scale int, c color.RGBA) {
-	for _, r := range strings.ToUpper(s) {
-		rows := strings.Fields(font3x5[r])
-		for row := 0; row < len(rows); row++ {
-			for col := 0; col < len(rows[row]); col++ {
-				if rows[row][col] == '#' {
-					fill(img, image.Rect(x+col*scale, y+row*scale, x+(col+1)*scale, y+(row+1)*scale), c)
-				}
-			}
-		}
-		x += 4 * scale
-	}
-}
-
-func textWidth(s string, scale int) int { return len([]rune(s)) * 4 * scale }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -150,30 +151,24 @@ func TestPlotDecodes(t *testing.T) {
 	if b.Dx() < 300 || b.Dy() < 300 {
 		t.Fatalf("image is %v", b)
 	}
-	// Some pixel has the first bar's colour.
-	found := false
-	for y := b.Min.Y; y < b.Max.Y && !found; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
-			r, g, bl, _ := img.At(x, y).RGBA()
-			if uint8(r>>8) == colA.R && uint8(g>>8) == colA.G && uint8(bl>>8) == colA.B {
-				found = true
-				break
+	// Some pixels have each bar's colour.
+	for _, c := range []color.RGBA{colA, colB} {
+		found := false
+		for y := b.Min.Y; y < b.Max.Y && !found; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				if uint8(r>>8) == c.R && uint8(g>>8) == c.G && uint8(bl>>8) == c.B {
+					found = true
+					break
+				}
 			}
 		}
-	}
-	if !found {
-		t.Error("no bar drawn")
-	}
-	for r, g := range font3x5 {
-		rows := strings.Fields(g)
-		if len(rows) != 5 {
-			t.Errorf("glyph %q: %d rows", r, len(rows))
+		if !found {
+			t.Errorf("no bar of colour %v drawn", c)
 		}
-		for _, row := range rows {
-			if len(row) != 3 {
-				t.Errorf("glyph %q: row %q", r, row)
-			}
-		}
+	}
+	if err := writePlot(&buf, "nothing", nil); err == nil {
+		t.Error("no groups: no error")
 	}
 }
 
