@@ -121,6 +121,9 @@ func TestCheckPromQL(t *testing.T) {
 		`histogram_quantile(0.99, sum by (le, pod) (rate(sharetx_h_bucket[5m])))`,
 		`sharetx_g > 3`,
 		`up{container="sharetx"} == 0`,
+		`sum by (result) (rate(sharetx_c_total{result=~"$x"}[$__rate_interval]))`,
+		`label_values(sharetx_g{namespace=~"$namespace"}, pod)`,
+		`sum by (job) (up) / sum by (job) (up)`,
 	}
 	for _, e := range good {
 		if errs := CheckPromQL("good", e, ms); len(errs) > 0 {
@@ -128,13 +131,16 @@ func TestCheckPromQL(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		`sharetx_c_total > 0`:                       "without rate()",
-		`rate(sharetx_x_total[5m])`:                 "not registered",
-		`rate(sharetx_c_total{outcome="x"}[5m])`:    "no label outcome",
-		`sum by (kind) (rate(sharetx_c_total[5m]))`: "groups by kind",
-		`sharetx_h > 1`:                             "use _bucket",
-		`sum(rate(sharetx_c_total[5m])`:             "unbalanced",
-		`sum by (le) (sharetx_g)`:                   "groups by le",
+		`sharetx_c_total > 0`:                                      "without rate()",
+		`rate(sharetx_x_total[5m])`:                                "not registered",
+		`rate(sharetx_c_total{outcome="x"}[5m])`:                   "no label outcome",
+		`sum by (kind) (rate(sharetx_c_total[5m]))`:                "groups by kind",
+		`sharetx_h > 1`:                                            "use _bucket",
+		`sum(rate(sharetx_c_total[5m])`:                            "does not parse",
+		`rate(sharetx_c_total[5m]) by (result)`:                    "does not parse",
+		`increase(sharetx_h_bucket{le="1"}[5m]) + sharetx_c_total`: "without rate()",
+		`sum by (result) (sharetx_g)`:                              "groups by result",
+		`sum by (le) (sharetx_g)`:                                  "groups by le",
 	}
 	for e, want := range bad {
 		errs := CheckPromQL("bad", e, ms)
