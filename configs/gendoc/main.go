@@ -226,7 +226,7 @@ func generate(root string, w io.Writer) error {
 	p("Precedence, lowest first: the defaults below, the YAML file given with `--config`, the `SHARETX_*`\n")
 	p("environment variables, the command-line flags. `sharetx --check-config` validates the result and\n")
 	p("exits. The example file [`configs/sharetx.yaml`](../configs/sharetx.yaml) sets every key; a\n")
-	p("Kubernetes ConfigMap for a sidecar is in [`configs/k8s/configmap.yaml`](../configs/k8s/configmap.yaml).\n\n")
+	p("Kubernetes ConfigMap for a sidecar is in [`configs/k8s/sidecar/configmap.yaml`](../configs/k8s/sidecar/configmap.yaml).\n\n")
 	p("Durations are written as Go durations (`500ms`, `10s`, `1m`, `1h`). In environment variables, lists\n")
 	p("are comma separated and maps are written `k=v,k=v`.\n\n")
 

@@ -1,8 +1,10 @@
 // Package k8s holds the example Kubernetes manifests of sharetx as a sidecar
-// (*.yaml in this directory) and their offline validation: no cluster and no
-// kubectl needed. The manifests are decoded strictly into the subset of the
-// Kubernetes schema they use (a misspelt field fails), then checked against
-// the code: the embedded sharetx configuration goes through configs.Load, the
+// (*.yaml in this directory; sidecar/, the kustomize component that adds it
+// to any labelled Deployment or StatefulSet) and their offline validation: no
+// cluster and no kubectl needed. The manifests are decoded strictly into the
+// Kubernetes API's own types (k8s.io/api; a misspelt field fails), rendered
+// with kustomize's own library (krusty), and the result checked against the
+// code: the embedded sharetx configuration goes through configs.Load, the
 // SHARETX_* variables must be real keys, probes must hit paths cmd/sharetx
 // serves on the port it serves them, flags must exist, the image must be the
 // one `make image` builds from the Dockerfile, and the Dockerfile's own build
@@ -20,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +30,13 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	kusttypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/configs/internal/codefacts"
@@ -34,9 +44,13 @@ import (
 
 // ---------------------------------------------------------------- schema
 //
-// The subset of the Kubernetes API these manifests use. Decoding is strict:
-// a field not modelled here is an error, so a typo ("readinesProbe") cannot
-// pass silently. Add a field here when a manifest legitimately needs it.
+// Deployments, ConfigMaps and the Kustomization are decoded strictly into
+// the real types (k8s.io/api, sigs.k8s.io/kustomize/api/types, through
+// sigs.k8s.io/yaml): a field the API does not have ("readinesProbe") or a
+// value of the wrong shape is an error. The Prometheus Operator's two kinds
+// are decoded strictly (yaml.v3, KnownFields) into the subset of their
+// schema these manifests use: their Go types come with the operator's whole
+// module tree.
 
 type objectMeta struct {
 	Name        string            `yaml:"name"`
@@ -48,180 +62,6 @@ type objectMeta struct {
 type labelSelector struct {
 	MatchLabels      map[string]string `yaml:"matchLabels"`
 	MatchExpressions []any             `yaml:"matchExpressions"`
-}
-
-type deployment struct {
-	APIVersion string     `yaml:"apiVersion"`
-	Kind       string     `yaml:"kind"`
-	Metadata   objectMeta `yaml:"metadata"`
-	Spec       struct {
-		Replicas                *int          `yaml:"replicas"`
-		Selector                labelSelector `yaml:"selector"`
-		MinReadySeconds         *int          `yaml:"minReadySeconds"`
-		RevisionHistoryLimit    *int          `yaml:"revisionHistoryLimit"`
-		ProgressDeadlineSeconds *int          `yaml:"progressDeadlineSeconds"`
-		Strategy                *struct {
-			Type          string `yaml:"type"`
-			RollingUpdate *struct {
-				MaxUnavailable any `yaml:"maxUnavailable"`
-				MaxSurge       any `yaml:"maxSurge"`
-			} `yaml:"rollingUpdate"`
-		} `yaml:"strategy"`
-		Template struct {
-			Metadata objectMeta `yaml:"metadata"`
-			Spec     podSpec    `yaml:"spec"`
-		} `yaml:"template"`
-	} `yaml:"spec"`
-}
-
-type podSpec struct {
-	TerminationGracePeriodSeconds *int64              `yaml:"terminationGracePeriodSeconds"`
-	AutomountServiceAccountToken  *bool               `yaml:"automountServiceAccountToken"`
-	ServiceAccountName            string              `yaml:"serviceAccountName"`
-	SecurityContext               *podSecurityContext `yaml:"securityContext"`
-	InitContainers                []container         `yaml:"initContainers"`
-	Containers                    []container         `yaml:"containers"`
-	Volumes                       []volume            `yaml:"volumes"`
-	NodeSelector                  map[string]string   `yaml:"nodeSelector"`
-	Affinity                      any                 `yaml:"affinity"`
-	Tolerations                   []any               `yaml:"tolerations"`
-	TopologySpreadConstraints     []any               `yaml:"topologySpreadConstraints"`
-	PriorityClassName             string              `yaml:"priorityClassName"`
-	ImagePullSecrets              []struct {
-		Name string `yaml:"name"`
-	} `yaml:"imagePullSecrets"`
-}
-
-type podSecurityContext struct {
-	RunAsNonRoot       *bool           `yaml:"runAsNonRoot"`
-	RunAsUser          *int64          `yaml:"runAsUser"`
-	RunAsGroup         *int64          `yaml:"runAsGroup"`
-	FSGroup            *int64          `yaml:"fsGroup"`
-	SupplementalGroups []int64         `yaml:"supplementalGroups"`
-	SeccompProfile     *seccompProfile `yaml:"seccompProfile"`
-}
-
-type seccompProfile struct {
-	Type             string `yaml:"type"`
-	LocalhostProfile string `yaml:"localhostProfile"`
-}
-
-type container struct {
-	Name            string           `yaml:"name"`
-	Image           string           `yaml:"image"`
-	ImagePullPolicy string           `yaml:"imagePullPolicy"`
-	RestartPolicy   string           `yaml:"restartPolicy"`
-	Command         []string         `yaml:"command"`
-	Args            []string         `yaml:"args"`
-	WorkingDir      string           `yaml:"workingDir"`
-	Env             []envVar         `yaml:"env"`
-	EnvFrom         []any            `yaml:"envFrom"`
-	Ports           []containerPort  `yaml:"ports"`
-	StartupProbe    *probe           `yaml:"startupProbe"`
-	ReadinessProbe  *probe           `yaml:"readinessProbe"`
-	LivenessProbe   *probe           `yaml:"livenessProbe"`
-	Lifecycle       any              `yaml:"lifecycle"`
-	Resources       resources        `yaml:"resources"`
-	SecurityContext *securityContext `yaml:"securityContext"`
-	VolumeMounts    []volumeMount    `yaml:"volumeMounts"`
-}
-
-type envVar struct {
-	Name      string `yaml:"name"`
-	Value     string `yaml:"value"`
-	ValueFrom *struct {
-		FieldRef *struct {
-			APIVersion string `yaml:"apiVersion"`
-			FieldPath  string `yaml:"fieldPath"`
-		} `yaml:"fieldRef"`
-		SecretKeyRef     *keyRef `yaml:"secretKeyRef"`
-		ConfigMapKeyRef  *keyRef `yaml:"configMapKeyRef"`
-		ResourceFieldRef any     `yaml:"resourceFieldRef"`
-	} `yaml:"valueFrom"`
-}
-
-type keyRef struct {
-	Name     string `yaml:"name"`
-	Key      string `yaml:"key"`
-	Optional *bool  `yaml:"optional"`
-}
-
-type containerPort struct {
-	Name          string `yaml:"name"`
-	ContainerPort int    `yaml:"containerPort"`
-	Protocol      string `yaml:"protocol"`
-	HostPort      int    `yaml:"hostPort"`
-}
-
-type probe struct {
-	HTTPGet *struct {
-		Path        string `yaml:"path"`
-		Port        any    `yaml:"port"` // int or the name of a container port
-		Scheme      string `yaml:"scheme"`
-		Host        string `yaml:"host"`
-		HTTPHeaders []any  `yaml:"httpHeaders"`
-	} `yaml:"httpGet"`
-	Exec                          any    `yaml:"exec"`
-	TCPSocket                     any    `yaml:"tcpSocket"`
-	GRPC                          any    `yaml:"grpc"`
-	InitialDelaySeconds           *int   `yaml:"initialDelaySeconds"`
-	PeriodSeconds                 *int   `yaml:"periodSeconds"`
-	TimeoutSeconds                *int   `yaml:"timeoutSeconds"`
-	SuccessThreshold              *int   `yaml:"successThreshold"`
-	FailureThreshold              *int   `yaml:"failureThreshold"`
-	TerminationGracePeriodSeconds *int64 `yaml:"terminationGracePeriodSeconds"`
-}
-
-type resources struct {
-	Requests map[string]string `yaml:"requests"`
-	Limits   map[string]string `yaml:"limits"`
-}
-
-type securityContext struct {
-	RunAsNonRoot             *bool           `yaml:"runAsNonRoot"`
-	RunAsUser                *int64          `yaml:"runAsUser"`
-	RunAsGroup               *int64          `yaml:"runAsGroup"`
-	AllowPrivilegeEscalation *bool           `yaml:"allowPrivilegeEscalation"`
-	ReadOnlyRootFilesystem   *bool           `yaml:"readOnlyRootFilesystem"`
-	Privileged               *bool           `yaml:"privileged"`
-	SeccompProfile           *seccompProfile `yaml:"seccompProfile"`
-	Capabilities             *struct {
-		Add  []string `yaml:"add"`
-		Drop []string `yaml:"drop"`
-	} `yaml:"capabilities"`
-}
-
-type volume struct {
-	Name      string `yaml:"name"`
-	ConfigMap *struct {
-		Name        string `yaml:"name"`
-		Items       []any  `yaml:"items"`
-		DefaultMode *int   `yaml:"defaultMode"`
-		Optional    *bool  `yaml:"optional"`
-	} `yaml:"configMap"`
-	Secret *struct {
-		SecretName  string `yaml:"secretName"`
-		Items       []any  `yaml:"items"`
-		DefaultMode *int   `yaml:"defaultMode"`
-		Optional    *bool  `yaml:"optional"`
-	} `yaml:"secret"`
-	EmptyDir any `yaml:"emptyDir"`
-}
-
-type volumeMount struct {
-	Name      string `yaml:"name"`
-	MountPath string `yaml:"mountPath"`
-	ReadOnly  bool   `yaml:"readOnly"`
-	SubPath   string `yaml:"subPath"`
-}
-
-type configMap struct {
-	APIVersion string            `yaml:"apiVersion"`
-	Kind       string            `yaml:"kind"`
-	Metadata   objectMeta        `yaml:"metadata"`
-	Data       map[string]string `yaml:"data"`
-	BinaryData map[string]string `yaml:"binaryData"`
-	Immutable  *bool             `yaml:"immutable"`
 }
 
 type podMonitor struct {
@@ -264,22 +104,19 @@ type prometheusRule struct {
 	} `yaml:"spec"`
 }
 
-type kustomization struct {
-	APIVersion string   `yaml:"apiVersion"`
-	Kind       string   `yaml:"kind"`
-	Resources  []string `yaml:"resources"`
-	Namespace  string   `yaml:"namespace"`
-	Images     []any    `yaml:"images"`
-	Labels     []any    `yaml:"labels"`
-}
-
-// kinds are the (apiVersion, kind) pairs a manifest here may have.
-var kinds = map[string]func() any{
-	"v1/ConfigMap":                                  func() any { return &configMap{} },
-	"apps/v1/Deployment":                            func() any { return &deployment{} },
-	"monitoring.coreos.com/v1/PodMonitor":           func() any { return &podMonitor{} },
-	"monitoring.coreos.com/v1/PrometheusRule":       func() any { return &prometheusRule{} },
-	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return &kustomization{} },
+// kinds are the (apiVersion, kind) pairs a manifest here may have, and
+// whether they decode into the API's own types (sigs.k8s.io/yaml) or a CRD
+// subset (yaml.v3).
+var kinds = map[string]struct {
+	new func() any
+	api bool
+}{
+	"v1/ConfigMap":                                  {func() any { return &corev1.ConfigMap{} }, true},
+	"apps/v1/Deployment":                            {func() any { return &appsv1.Deployment{} }, true},
+	"monitoring.coreos.com/v1/PodMonitor":           {func() any { return &podMonitor{} }, false},
+	"monitoring.coreos.com/v1/PrometheusRule":       {func() any { return &prometheusRule{} }, false},
+	"kustomize.config.k8s.io/v1beta1/Kustomization": {func() any { return &kusttypes.Kustomization{} }, true},
+	"kustomize.config.k8s.io/v1alpha1/Component":    {func() any { return &kusttypes.Kustomization{} }, true},
 }
 
 // optionalCRDs are applied separately (they need the Prometheus Operator),
@@ -355,14 +192,19 @@ func load(files map[string][]byte) (*manifests, []error) {
 				errs = append(errs, fmt.Errorf("%s: apiVersion %s kind %s is not one this directory is checked for", where, head.APIVersion, head.Kind))
 				continue
 			}
-			if head.Kind != "Kustomization" && !dns1123.MatchString(head.Metadata.Name) {
+			if head.Kind != "Kustomization" && head.Kind != "Component" && !dns1123.MatchString(head.Metadata.Name) {
 				errs = append(errs, fmt.Errorf("%s: metadata.name %q is not a DNS-1123 name", where, head.Metadata.Name))
 			}
 			raw, _ := yaml.Marshal(&n)
-			v := mk()
-			strict := yaml.NewDecoder(bytes.NewReader(raw))
-			strict.KnownFields(true)
-			if err := strict.Decode(v); err != nil {
+			v := mk.new()
+			if mk.api {
+				err = sigsyaml.UnmarshalStrict(raw, v)
+			} else {
+				strict := yaml.NewDecoder(bytes.NewReader(raw))
+				strict.KnownFields(true)
+				err = strict.Decode(v)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %v", where, err))
 				continue
 			}
@@ -481,59 +323,109 @@ func parseDockerfile(src string) (dockerfile, error) {
 
 // sidecar is what the checks learn about the sharetx container.
 type sidecar struct {
-	dep        *deployment
-	c          *container
+	dep        *appsv1.Deployment
+	c          *corev1.Container
 	cfg        configs.Config
 	env        []string
 	configPath string
 }
 
-func check(m *manifests, f *facts) []error {
+// render renders the kustomization at the root of files (names relative to
+// configs/k8s) with kustomize's own library, as `kubectl kustomize` would,
+// on an in-memory copy of them.
+func render(files map[string][]byte) ([]byte, error) {
+	fs := filesys.MakeFsInMemory()
+	for name, b := range files {
+		if err := fs.WriteFile(filepath.Join("/k8s", name), b); err != nil {
+			return nil, err
+		}
+	}
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, "/k8s")
+	if err != nil {
+		return nil, err
+	}
+	return rm.AsYaml()
+}
+
+// renderedFile names the rendered kustomization in errors.
+const renderedFile = "kubectl kustomize configs/k8s"
+
+// checkFiles decodes every manifest strictly, renders the kustomization and
+// checks the result (check): what TestManifests runs, and every broken case.
+func checkFiles(files map[string][]byte, f *facts) (raw, rendered *manifests, errs []error) {
+	raw, errs = load(files)
+	out, err := render(files)
+	if err != nil {
+		return raw, &manifests{files: map[string]bool{}}, append(errs, fmt.Errorf("%s: %v", renderedFile, err))
+	}
+	rendered, more := load(map[string][]byte{renderedFile: out})
+	errs = append(errs, more...)
+	return raw, rendered, append(errs, check(raw, rendered, f)...)
+}
+
+// check checks the manifests (raw: the files; rendered: what the
+// kustomization makes of them) against the code.
+func check(raw, rendered *manifests, f *facts) []error {
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
-	// kustomization.yaml lists every plain manifest and no CRD-dependent one.
+	// The kustomizations (the root one and the sidecar component) reach
+	// every plain manifest and no CRD-dependent one.
 	listed := map[string]bool{}
-	for _, o := range m.all("Kustomization") {
-		for _, r := range o.v.(*kustomization).Resources {
-			if !m.files[r] {
-				fail("%s: resource %s is not a manifest in configs/k8s", o.file, r)
+	roots := 0
+	for _, o := range append(raw.all("Kustomization"), raw.all("Component")...) {
+		k := o.v.(*kusttypes.Kustomization)
+		dir := filepath.Dir(o.file)
+		if o.kind == "Kustomization" && dir == "." {
+			roots++
+		}
+		refs := append([]string{}, k.Resources...)
+		for _, p := range k.Patches {
+			if p.Path != "" {
+				refs = append(refs, p.Path)
+			}
+		}
+		for _, r := range refs {
+			r = filepath.Join(dir, r)
+			if !raw.files[r] {
+				fail("%s: %s is not a manifest in configs/k8s", o.file, r)
 			}
 			listed[r] = true
 		}
 	}
-	if len(m.all("Kustomization")) != 1 {
-		fail("want exactly one kustomization.yaml")
+	if roots != 1 {
+		fail("want exactly one kustomization.yaml at the top of configs/k8s")
 	}
-	for _, o := range m.objects {
+	for _, o := range raw.objects {
 		switch {
-		case o.kind == "Kustomization":
+		case o.kind == "Kustomization" || o.kind == "Component":
 		case optionalCRDs[o.kind] && listed[o.file]:
 			fail("%s: %s needs the Prometheus Operator's CRDs; kustomization.yaml must not list it", o.file, o.kind)
 		case !optionalCRDs[o.kind] && !listed[o.file]:
-			fail("%s: %s %s is not listed in kustomization.yaml", o.file, o.kind, o.name)
+			fail("%s: %s %s is not listed in a kustomization", o.file, o.kind, o.name)
 		}
 	}
 
-	cms := map[string]*configMap{}
-	for _, o := range m.all("ConfigMap") {
-		cms[o.name] = o.v.(*configMap)
+	cms := map[string]*corev1.ConfigMap{}
+	for _, o := range rendered.all("ConfigMap") {
+		cms[o.name] = o.v.(*corev1.ConfigMap)
 	}
-	deps := m.all("Deployment")
+	deps := rendered.all("Deployment")
 	if len(deps) != 1 {
-		fail("want exactly one Deployment, have %d", len(deps))
+		fail("%s: want exactly one Deployment, have %d", renderedFile, len(deps))
 		return errs
 	}
-	sc, more := checkDeployment(deps[0].v.(*deployment), cms, f)
+	sc, more := checkDeployment(deps[0].v.(*appsv1.Deployment), cms, f)
 	errs = append(errs, more...)
 	if sc == nil {
 		return errs
 	}
 	metricsPort := portOf(sc.cfg.Metrics.Address)
+	m := raw
 
 	for _, o := range m.all("PodMonitor") {
 		pm := o.v.(*podMonitor)
-		tmpl := sc.dep.Spec.Template.Metadata.Labels
+		tmpl := sc.dep.Spec.Template.Labels
 		if len(pm.Spec.Selector.MatchLabels) == 0 {
 			fail("%s: PodMonitor selects no labels", o.file)
 		}
@@ -582,22 +474,25 @@ func check(m *manifests, f *facts) []error {
 	return errs
 }
 
-func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidecar, []error) {
+func checkDeployment(d *appsv1.Deployment, cms map[string]*corev1.ConfigMap, f *facts) (*sidecar, []error) {
 	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf("deployment.yaml: "+format, args...)) }
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s %s (%s): "+format, append([]any{d.Kind, d.Name, renderedFile}, args...)...))
+	}
 	tmpl := d.Spec.Template
-	if len(d.Spec.Selector.MatchLabels) == 0 {
+	if d.Spec.Selector == nil || len(d.Spec.Selector.MatchLabels) == 0 {
 		fail("spec.selector.matchLabels is empty")
+		return nil, errs
 	}
 	for k, v := range d.Spec.Selector.MatchLabels {
-		if tmpl.Metadata.Labels[k] != v {
+		if tmpl.Labels[k] != v {
 			fail("the selector's %s=%s is not a label of the pod template", k, v)
 		}
 	}
 	ps := tmpl.Spec
 
 	// The native sidecar: an init container with restartPolicy Always.
-	var sc *container
+	var sc *corev1.Container
 	for i := range ps.InitContainers {
 		if ps.InitContainers[i].Name == "sharetx" {
 			sc = &ps.InitContainers[i]
@@ -612,8 +507,8 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 		fail("no init container named sharetx")
 		return nil, errs
 	}
-	if sc.RestartPolicy != "Always" {
-		fail("the sharetx init container has restartPolicy %q: without Always it is an ordinary init container that must exit before the app starts", sc.RestartPolicy)
+	if rp := sc.RestartPolicy; rp == nil || *rp != corev1.ContainerRestartPolicyAlways {
+		fail("the sharetx init container has restartPolicy %v: without Always it is an ordinary init container that must exit before the app starts", rp)
 	}
 	if len(ps.Containers) == 0 {
 		fail("no application container")
@@ -661,7 +556,7 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 		fail("sharetx has no --config argument")
 		return nil, errs
 	}
-	var cm *configMap
+	var cm *corev1.ConfigMap
 	for _, vm := range sc.VolumeMounts {
 		if !strings.HasPrefix(configPath, strings.TrimSuffix(vm.MountPath, "/")+"/") {
 			continue
@@ -685,7 +580,7 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 	key := strings.TrimPrefix(configPath[strings.LastIndex(configPath, "/"):], "/")
 	text, ok := cm.Data[key]
 	if !ok {
-		fail("ConfigMap %s has no key %s (the file --config names)", cm.Metadata.Name, key)
+		fail("ConfigMap %s has no key %s (the file --config names)", cm.Name, key)
 		return nil, errs
 	}
 
@@ -754,7 +649,7 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 	// metrics port, paths cmd/sharetx serves.
 	for _, pr := range []struct {
 		name, want string
-		p          *probe
+		p          *corev1.Probe
 	}{{"livenessProbe", "/healthz", sc.LivenessProbe}, {"readinessProbe", "/readyz", sc.ReadinessProbe}, {"startupProbe", "/readyz", sc.StartupProbe}} {
 		if pr.p == nil || pr.p.HTTPGet == nil {
 			fail("sharetx has no %s.httpGet", pr.name)
@@ -766,43 +661,33 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 		} else if g.Path != pr.want {
 			fail("%s path %q, want %s", pr.name, g.Path, pr.want)
 		}
-		port := 0
-		switch v := g.Port.(type) {
-		case int:
-			port = v
-		case string:
-			port = namedPort(sc, v)
+		port := g.Port.IntValue()
+		if g.Port.Type == intstr.String {
+			port = namedPort(sc, g.Port.StrVal)
 		}
 		if port == 0 || port != metricsPort {
-			fail("%s port %v is not metrics.address's port %d", pr.name, g.Port, metricsPort)
+			fail("%s port %s is not metrics.address's port %d", pr.name, g.Port.String(), metricsPort)
 		}
 		if g.Scheme != "" && g.Scheme != "HTTP" {
 			fail("%s scheme %s: sharetx serves plain HTTP", pr.name, g.Scheme)
 		}
 	}
 
-	// Resources: requests on every container, a memory limit on sharetx.
-	for _, c := range append(append([]container{}, ps.InitContainers...), ps.Containers...) {
-		for _, r := range []string{"cpu", "memory"} {
-			q, ok := c.Resources.Requests[r]
-			if !ok {
+	// Resources: requests on every container, a memory limit on sharetx
+	// (quantities were parsed by the decoding).
+	for _, c := range append(append([]corev1.Container{}, ps.InitContainers...), ps.Containers...) {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := c.Resources.Requests[r]; !ok {
 				fail("container %s has no resources.requests.%s", c.Name, r)
-			} else if _, err := quantity(q); err != nil {
-				fail("container %s requests.%s: %v", c.Name, r, err)
 			}
 		}
-		for r, q := range c.Resources.Limits {
-			lim, err := quantity(q)
-			if err != nil {
-				fail("container %s limits.%s: %v", c.Name, r, err)
-				continue
-			}
-			if req, err := quantity(c.Resources.Requests[r]); err == nil && lim < req {
-				fail("container %s: limits.%s %s below requests %s", c.Name, r, q, c.Resources.Requests[r])
+		for r, lim := range c.Resources.Limits {
+			if req, ok := c.Resources.Requests[r]; ok && lim.Cmp(req) < 0 {
+				fail("container %s: limits.%s %s below requests %s", c.Name, r, lim.String(), req.String())
 			}
 		}
 	}
-	if _, ok := sc.Resources.Limits["memory"]; !ok {
+	if _, ok := sc.Resources.Limits[corev1.ResourceMemory]; !ok {
 		fail("sharetx has no memory limit")
 	}
 
@@ -810,12 +695,12 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 	// privilege escalation, no capabilities.
 	psc := ps.SecurityContext
 	if psc == nil {
-		psc = &podSecurityContext{}
+		psc = &corev1.PodSecurityContext{}
 	}
 	csc := sc.SecurityContext
 	if csc == nil {
 		fail("sharetx has no securityContext")
-		csc = &securityContext{}
+		csc = &corev1.SecurityContext{}
 	}
 	if !isTrue(csc.RunAsNonRoot) && !isTrue(psc.RunAsNonRoot) {
 		fail("sharetx: runAsNonRoot is not set")
@@ -839,7 +724,7 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 	if isTrue(csc.Privileged) {
 		fail("sharetx is privileged")
 	}
-	if csc.Capabilities == nil || !contains(csc.Capabilities.Drop, "ALL") || len(csc.Capabilities.Add) > 0 {
+	if csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL") || len(csc.Capabilities.Add) > 0 {
 		fail("sharetx: capabilities must drop ALL and add none")
 	}
 	base := f.docker.finalBase
@@ -863,7 +748,7 @@ func checkDeployment(d *deployment, cms map[string]*configMap, f *facts) (*sidec
 // containerEnv returns the container's SHARETX_* variables as sharetx would
 // see them; references are resolved to placeholders (or to the ConfigMap's
 // value).
-func containerEnv(c *container, cms map[string]*configMap, f *facts) ([]string, []error) {
+func containerEnv(c *corev1.Container, cms map[string]*corev1.ConfigMap, f *facts) ([]string, []error) {
 	var env []string
 	var errs []error
 	for _, e := range c.Env {
@@ -913,10 +798,10 @@ func portOf(addr string) int {
 	return n
 }
 
-func namedPort(c *container, name string) int {
+func namedPort(c *corev1.Container, name string) int {
 	for _, p := range c.Ports {
 		if p.Name == name {
-			return p.ContainerPort
+			return int(p.ContainerPort)
 		}
 	}
 	return 0
@@ -933,19 +818,6 @@ func contains(list []string, s string) bool {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
-var quantityRe = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$`)
-
-// quantity parses a Kubernetes resource quantity (the forms used here).
-func quantity(q string) (float64, error) {
-	m := quantityRe.FindStringSubmatch(q)
-	if m == nil {
-		return 0, fmt.Errorf("%q is not a resource quantity", q)
-	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	mult := map[string]float64{"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
-	return v * mult, nil
-}
-
 // ---------------------------------------------------------------- tests
 
 func repoRoot(t *testing.T) string {
@@ -960,6 +832,8 @@ func repoRoot(t *testing.T) string {
 func readManifests(t *testing.T) map[string][]byte {
 	t.Helper()
 	paths, err := filepath.Glob("*.yaml")
+	more, _ := filepath.Glob("sidecar/*.yaml")
+	paths = append(paths, more...)
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
@@ -987,16 +861,18 @@ func readAll(t *testing.T) (map[string][]byte, *facts) {
 // passes every check against the code.
 func TestManifests(t *testing.T) {
 	files, f := readAll(t)
-	m, errs := load(files)
-	errs = append(errs, check(m, f)...)
+	m, r, errs := checkFiles(files, f)
 	for _, err := range errs {
 		t.Error(err)
 	}
-	want := map[string]int{"ConfigMap": 1, "Deployment": 1, "Kustomization": 1, "PodMonitor": 1, "PrometheusRule": 1}
+	want := map[string]int{"ConfigMap": 1, "Deployment": 2, "Kustomization": 1, "Component": 1, "PodMonitor": 1, "PrometheusRule": 1}
 	for k, n := range want {
 		if got := len(m.all(k)); got != n {
 			t.Errorf("%d %s documents, want %d", got, k, n)
 		}
+	}
+	if len(r.objects) != 2 || len(r.all("ConfigMap")) != 1 || len(r.all("Deployment")) != 1 {
+		t.Errorf("the kustomization renders %d objects, want the ConfigMap and the Deployment", len(r.objects))
 	}
 }
 
@@ -1007,20 +883,26 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 	cases := []struct {
 		name, file, old, new, want string
 	}{
-		{"typo in a field", "deployment.yaml", "readinessProbe:", "readinesProbe:", "field readinesProbe not found"},
-		{"probe path not served", "deployment.yaml", "path: /healthz", "path: /health", "not served by cmd/sharetx"},
-		{"probe on another port", "deployment.yaml", "containerPort: 9644", "containerPort: 9645", "metrics.address serves 9644"},
-		{"unknown SHARETX_ variable", "deployment.yaml", "SHARETX_KIP1289_PROXY_ID", "SHARETX_KIP1289_PROXYID", "not a sharetx setting"},
-		{"unknown flag", "deployment.yaml", "--config=", "--conf=", "no flag --conf"},
-		{"invalid configuration", "configmap.yaml", "client_acks: absorb", "client_acks: ignore", "kip1289.client_acks"},
-		{"unknown configuration key", "configmap.yaml", "shadow_partitions: 8", "shadow_partition: 8", "shadow_partition"},
-		{"metrics on loopback", "configmap.yaml", "address: 0.0.0.0:9644", "address: 127.0.0.1:9644", "must bind all interfaces"},
-		{"embedded cluster", "configmap.yaml", "- my-cluster-kafka-bootstrap.kafka.svc:9092", "[]", "upstream.bootstrap_servers is empty"},
-		{"ordinary init container", "deployment.yaml", "restartPolicy: Always # native", "restartPolicy: OnFailure # native", "restartPolicy"},
-		{"root", "deployment.yaml", "readOnlyRootFilesystem: true\n            capabilities:\n              drop: [\"ALL\"]\n          volumeMounts:", "readOnlyRootFilesystem: false\n            capabilities:\n              drop: [\"ALL\"]\n          volumeMounts:", "readOnlyRootFilesystem"},
-		{"other image", "deployment.yaml", "image: ghcr.io/sharetx/sharetx:dev", "image: docker.io/someone/sharetx:dev", "not the repository `make image` builds"},
-		{"no requests", "deployment.yaml", "cpu: 100m\n", "", "requests.cpu"},
-		{"short grace period", "deployment.yaml", "terminationGracePeriodSeconds: 120", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds"},
+		{"typo in a field", "sidecar/sidecar.yaml", "readinessProbe:", "readinesProbe:", `unknown field "readinesProbe"`},
+		{"a value of the wrong type", "deployment.yaml", "replicas: 3", "replicas: three", "replicas"},
+		{"not a quantity", "sidecar/sidecar.yaml", "memory: 128Mi", "memory: lots", "quantities must match"},
+		{"typo in the kustomization", "kustomization.yaml", "resources:", "resource:", `unknown field "resource"`},
+		{"workload not labelled for the sidecar", "deployment.yaml", `sharetx-sidecar: "true" # the sidecar`, `other: "true" # the sidecar`, "no init container named sharetx"},
+		{"component targets other workloads", "sidecar/kustomization.yaml", "kind: Deployment\n      labelSelector: sharetx-sidecar=true", "kind: Deployment\n      labelSelector: sharetx-sidecar=yes", "no init container named sharetx"},
+		{"component not used", "kustomization.yaml", "components:\n  - sidecar\n", "", "no init container named sharetx"},
+		{"probe path not served", "sidecar/sidecar.yaml", "path: /healthz", "path: /health", "not served by cmd/sharetx"},
+		{"probe on another port", "sidecar/sidecar.yaml", "containerPort: 9644", "containerPort: 9645", "metrics.address serves 9644"},
+		{"unknown SHARETX_ variable", "sidecar/sidecar.yaml", "SHARETX_KIP1289_PROXY_ID", "SHARETX_KIP1289_PROXYID", "not a sharetx setting"},
+		{"unknown flag", "sidecar/sidecar.yaml", "--config=", "--conf=", "no flag --conf"},
+		{"invalid configuration", "sidecar/configmap.yaml", "client_acks: absorb", "client_acks: ignore", "kip1289.client_acks"},
+		{"unknown configuration key", "sidecar/configmap.yaml", "shadow_partitions: 8", "shadow_partition: 8", "shadow_partition"},
+		{"metrics on loopback", "sidecar/configmap.yaml", "address: 0.0.0.0:9644", "address: 127.0.0.1:9644", "must bind all interfaces"},
+		{"embedded cluster", "sidecar/configmap.yaml", "- my-cluster-kafka-bootstrap.kafka.svc:9092", "[]", "upstream.bootstrap_servers is empty"},
+		{"ordinary init container", "sidecar/sidecar.yaml", "restartPolicy: Always # native", "restartPolicy: OnFailure # native", "restartPolicy"},
+		{"root", "sidecar/sidecar.yaml", "readOnlyRootFilesystem: true\n            capabilities:\n              drop: [\"ALL\"]\n          volumeMounts:", "readOnlyRootFilesystem: false\n            capabilities:\n              drop: [\"ALL\"]\n          volumeMounts:", "readOnlyRootFilesystem"},
+		{"other image", "sidecar/sidecar.yaml", "image: ghcr.io/sharetx/sharetx:dev", "image: docker.io/someone/sharetx:dev", "not the repository `make image` builds"},
+		{"no requests", "sidecar/sidecar.yaml", "cpu: 100m\n", "", "requests.cpu"},
+		{"short grace period", "sidecar/sidecar.yaml", "terminationGracePeriodSeconds: 120", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds"},
 		{"alert on a series that does not exist", "prometheusrule.yaml", "sharetx_upstream_ack_failures_total", "sharetx_upstream_ack_failure_total", "not registered"},
 		{"alert on a label that does not exist", "prometheusrule.yaml", `{outcome="unverified"}`, `{result="unverified"}`, "has no label result"},
 		{"PodMonitor selects other pods", "podmonitor.yaml", "matchLabels:\n      sharetx-sidecar: \"true\"", "matchLabels:\n      sharetx-sidecar: \"yes\"", "do not carry"},
@@ -1038,8 +920,7 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 				t.Fatalf("%s no longer contains %q: update this case", tc.file, tc.old)
 			}
 			broken[tc.file] = []byte(strings.Replace(orig, tc.old, tc.new, 1))
-			m, errs := load(broken)
-			errs = append(errs, check(m, f)...)
+			_, _, errs := checkFiles(broken, f)
 			for _, err := range errs {
 				if strings.Contains(err.Error(), tc.want) {
 					return
@@ -1099,17 +980,17 @@ func TestDockerfileBuildRuns(t *testing.T) {
 	}
 	ef.Close()
 
-	m, errs := load(files)
+	_, m, errs := checkFiles(files, f)
 	for _, err := range errs {
 		t.Fatal(err)
 	}
-	var dep *deployment
-	cms := map[string]*configMap{}
+	var dep *appsv1.Deployment
+	cms := map[string]*corev1.ConfigMap{}
 	for _, o := range m.objects {
 		switch v := o.v.(type) {
-		case *deployment:
+		case *appsv1.Deployment:
 			dep = v
-		case *configMap:
+		case *corev1.ConfigMap:
 			cms[o.name] = v
 		}
 	}
@@ -1136,22 +1017,101 @@ func TestDockerfileBuildRuns(t *testing.T) {
 	}
 }
 
-// TestKustomizeRenders renders kustomization.yaml with kubectl's built-in
-// kustomize where kubectl is installed (offline: no cluster is contacted).
-func TestKustomizeRenders(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
+// TestSidecarComponentOnAnyWorkload: the sidecar component, applied to a
+// kustomization of its own (a StatefulSet and a Deployment labelled
+// sharetx-sidecar: "true", and a Deployment that is not), adds the sidecar
+// and its ConfigMap to the labelled workloads only, leaves their own
+// containers as they were, and each patched pod template passes the checks
+// the example Deployment passes.
+func TestSidecarComponentOnAnyWorkload(t *testing.T) {
+	files, f := readAll(t)
+	app := func(kind, name, label string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: %s
+metadata:
+  name: %s
+  labels: {%s}
+spec:
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      containers:
+        - name: main
+          image: registry.example.com/%s:1
+          env: [{name: BOOTSTRAP, value: "localhost:9092"}]
+          resources: {requests: {cpu: 50m, memory: 64Mi}}
+`, kind, name, label, name, name, name)
+	}
+	use := map[string][]byte{
+		"kustomization.yaml": []byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [jobs.yaml, orders.yaml, plain.yaml]\ncomponents: [sidecar]\n"),
+		"jobs.yaml":          []byte(app("StatefulSet", "jobs", `sharetx-sidecar: "true"`)),
+		"orders.yaml":        []byte(app("Deployment", "orders", `sharetx-sidecar: "true"`)),
+		"plain.yaml":         []byte(app("Deployment", "plain", "")),
+	}
+	for name, b := range files {
+		if strings.HasPrefix(name, "sidecar/") {
+			use[name] = b
+		}
+	}
+	out, err := render(use)
 	if err != nil {
-		t.Skip("kubectl not installed")
+		t.Fatal(err)
 	}
-	out, err := exec.Command(kubectl, "kustomize", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+	cms := map[string]*corev1.ConfigMap{}
+	pods := map[string]*corev1.PodTemplateSpec{}
+	var patched []*appsv1.Deployment
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var head struct{ Kind string }
+		if err := sigsyaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		switch head.Kind {
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), &cm); err != nil {
+				t.Fatal(err)
+			}
+			cms[cm.Name] = &cm
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), &d); err != nil {
+				t.Fatal(err)
+			}
+			pods[d.Name] = &d.Spec.Template
+			patched = append(patched, &d)
+		case "StatefulSet":
+			var ss appsv1.StatefulSet
+			if err := sigsyaml.UnmarshalStrict([]byte(doc), &ss); err != nil {
+				t.Fatal(err)
+			}
+			pods[ss.Name] = &ss.Spec.Template
+			// The checks are the Deployment's: the pod template is the same type.
+			d := &appsv1.Deployment{ObjectMeta: ss.ObjectMeta, Spec: appsv1.DeploymentSpec{Selector: ss.Spec.Selector, Template: ss.Spec.Template}}
+			d.Kind = "StatefulSet"
+			patched = append(patched, d)
+		default:
+			t.Errorf("rendered a %s", head.Kind)
+		}
 	}
-	m, errs := load(map[string][]byte{"rendered.yaml": out})
-	for _, err := range errs {
-		t.Error(err)
+	if len(cms) != 1 || cms["sharetx-config"] == nil || len(pods) != 3 {
+		t.Fatalf("rendered ConfigMaps %v and workloads %v, want sharetx-config and jobs, orders, plain", cms, pods)
 	}
-	if len(m.all("ConfigMap")) != 1 || len(m.all("Deployment")) != 1 {
-		t.Errorf("rendered %d objects, want the ConfigMap and the Deployment", len(m.objects))
+	if p := pods["plain"].Spec; len(p.InitContainers) != 0 || len(p.Volumes) != 0 || pods["plain"].Labels["sharetx-sidecar"] != "" {
+		t.Errorf("the unlabelled Deployment was patched: %+v", p)
+	}
+	for _, d := range patched {
+		if d.Name == "plain" {
+			continue
+		}
+		ps := d.Spec.Template.Spec
+		if len(ps.Containers) != 1 || ps.Containers[0].Name != "main" || ps.Containers[0].Image != "registry.example.com/"+d.Name+":1" {
+			t.Errorf("%s %s: its own containers changed: %+v", d.Kind, d.Name, ps.Containers)
+		}
+		if _, errs := checkDeployment(d, cms, f); len(errs) > 0 {
+			for _, err := range errs {
+				t.Errorf("%s %s with the component: %v", d.Kind, d.Name, err)
+			}
+		}
 	}
 }
