@@ -19,6 +19,8 @@ import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.protocol.Errors;
 import org.apache.kafka.common.serialization.Serializer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -84,6 +86,7 @@ import java.util.concurrent.locks.ReentrantLock;
  * its {@code kip1289.shadow_topic}).
  */
 public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
+    private static final Logger log = LoggerFactory.getLogger(SharetxProducer.class);
 
     /** TxnShareAcknowledge's API key; must match the sidecar's {@code kip1289.api_key}. */
     public static final String API_KEY_CONFIG = "sharetx.api.key";
@@ -333,6 +336,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 return;
             } catch (IOException e) {
                 last = new KafkaException("sharetx-clients: connecting to " + addr + ": " + e, e);
+                log.debug("[sharetx transactionalId={}] sidecar {} not reached, retrying: {}", settings.transactionalId, addr, e.toString());
                 sleep(Math.min(settings.retryBackoffMs, Math.max(1, deadline - System.currentTimeMillis())));
             }
         }
@@ -359,8 +363,12 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                     if (last != null) {
                         te.initCause(last);
                     }
+                    log.warn("[sharetx transactionalId={}] TxnShareAcknowledge gave up after {} attempts within max.block.ms ({} ms): {}",
+                        settings.transactionalId, attempt - 1, settings.maxBlockMs, last != null ? last.getMessage() : "no answer");
                     throw te;
                 }
+                log.debug("[sharetx transactionalId={}] TxnShareAcknowledge attempt {} failed, retrying in {} ms: {}",
+                    settings.transactionalId, attempt - 1, wait, last != null ? last.getMessage() : "");
                 sleep(wait);
             }
             Map<String, List<Protocol.AckPartition>> byLeader;

@@ -3,6 +3,8 @@ package io.sharetx.clients;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.SaslAuthenticationException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.io.Closeable;
 import java.io.DataInputStream;
@@ -42,6 +44,7 @@ import javax.crypto.spec.SecretKeySpec;
  * its calls.
  */
 final class SidecarClient implements Closeable {
+    private static final Logger log = LoggerFactory.getLogger(SidecarClient.class);
 
     private final List<String> bootstrap;
     private final String clientId;
@@ -87,6 +90,7 @@ final class SidecarClient implements Closeable {
         try {
             return c.roundTrip(key, version, flexible, body, deadlineMs);
         } catch (IOException | RuntimeException e) {
+            log.debug("[sharetx clientId={}] closing the connection to {} after a failed request: {}", clientId, address, e.toString());
             close(address);
             throw e;
         }
@@ -110,6 +114,8 @@ final class SidecarClient implements Closeable {
             throw e;
         }
         conns.put(address, c);
+        log.info("[sharetx clientId={}] connected to the sharetx sidecar at {} ({}, TxnShareAcknowledge on API key {})",
+            clientId, address, securityProtocol, apiKey);
         return c;
     }
 
