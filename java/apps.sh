@@ -5,9 +5,10 @@
 #   java -cp "$(java/apps.sh)" io.sharetx.examples.ConsumeTransformProduce ...
 #
 # The applications are every .java file under java/examples/, e2e/chaos/java/, e2e/bench/java/ and
-# examples/demo/java/, compiled with javac into java/target/apps against the library's classes and
-# kafka-clients (KAFKA_CLIENTS_VERSION, default the pom's). Maven downloads what its cache lacks the
-# first time (MVN_OFFLINE=1 forbids that) and nothing after.
+# examples/demo/java/, compiled by Maven (java/apps/pom.xml: with the library's sources, against
+# kafka-clients KAFKA_CLIENTS_VERSION, default the pom's) into java/target/apps[-<version>]. Maven
+# downloads what its cache lacks the first time (MVN_OFFLINE=1 forbids that) and recompiles only
+# what changed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 J=$ROOT/java
@@ -15,32 +16,21 @@ offline=()
 [ "${MVN_OFFLINE:-0}" = 1 ] && offline=(-o)
 version=()
 [ -n "${KAFKA_CLIENTS_VERSION:-}" ] && version=(-Dkafka.version="$KAFKA_CLIENTS_VERSION")
-deps=$J/target/apps-classpath${KAFKA_CLIENTS_VERSION:+-$KAFKA_CLIENTS_VERSION}.txt
-# One build at a time (Go tests of several packages may call this at once): mvn and javac share
+# One build at a time (Go tests of several packages may call this at once): the builds share
 # java/target.
 mkdir -p "$J/target"
 if command -v flock >/dev/null; then
   exec 9>"$J/target/.apps.lock"
   flock 9
 fi
-# compile: the library's classes; build-classpath: kafka-clients and what it needs (all of scope
-# provided for this project: no JUnit), written to $deps.
-if ! out=$(cd "$J" && mvn -B -q ${offline[@]+"${offline[@]}"} ${version[@]+"${version[@]}"} compile dependency:build-classpath \
-  -DincludeScope=provided -Dmdep.outputFile="$deps" 2>&1); then
+apps=$J/target/apps${KAFKA_CLIENTS_VERSION:+-$KAFKA_CLIENTS_VERSION}
+deps=$apps.classpath
+# compile: the library's and the applications' classes; build-classpath: kafka-clients and what it
+# needs, written to $deps.
+if ! out=$(cd "$J/apps" && mvn -B -q ${offline[@]+"${offline[@]}"} ${version[@]+"${version[@]}"} -Dapps.build.dir="$apps" \
+  compile dependency:build-classpath -Dmdep.outputFile="$deps" 2>&1); then
   echo "java/apps.sh: mvn failed:" >&2
   echo "$out" | tail -30 >&2
   exit 1
 fi
-cp=$J/target/classes:$(cat "$deps")
-apps=$J/target/apps${KAFKA_CLIENTS_VERSION:+-$KAFKA_CLIENTS_VERSION}
-mapfile -t srcs < <(find "$J/examples" "$ROOT/e2e/chaos/java" "$ROOT/e2e/bench/java" "$ROOT/examples/demo/java" -name '*.java' 2>/dev/null | sort)
-if [ ${#srcs[@]} -gt 0 ]; then
-  # Recompile only when a source or the library is newer than the last build.
-  stamp=$apps/.built
-  if [ ! -f "$stamp" ] || [ -n "$(find "${srcs[@]}" "$J/target/classes" -newer "$stamp" -print -quit)" ]; then
-    rm -rf "$apps" && mkdir -p "$apps"
-    javac -Xlint:all,-serial,-processing -Werror --release 17 -d "$apps" -cp "$cp" "${srcs[@]}" >&2
-    touch "$stamp"
-  fi
-fi
-echo "$apps:$cp"
+echo "$apps/classes:$(cat "$deps")"
