@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,30 +15,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/internal/syncbuf"
 )
-
-// syncBuffer is an io.Writer safe for Run's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // running is a server under Run.
 type running struct {
 	s         *Server
-	out       *syncBuffer
+	out       *syncbuf.Buffer
 	cancel    context.CancelFunc
 	done      chan error
 	listening chan struct{}
@@ -66,7 +47,7 @@ func startRun(t *testing.T, seeds []string, mod func(*configs.Config)) *running 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{s: s, out: &syncBuffer{}, cancel: cancel, done: make(chan error, 1),
+	r := &running{s: s, out: &syncbuf.Buffer{}, cancel: cancel, done: make(chan error, 1),
 		listening: make(chan struct{}), ready: make(chan struct{})}
 	// What Run serves at metrics.address is the caller's (cmd/sharetx has
 	// /metrics, /healthz and /readyz); here, readiness.

@@ -1,16 +1,16 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sharetx/sharetx/internal/syncbuf"
 )
 
 // A franz-go client of the proxy's logs through the proxy's logger, with its
@@ -26,7 +26,7 @@ func TestLoggerFloors(t *testing.T) {
 		{slog.LevelDebug, kgo.LogLevelInfo, true, true},
 		{slog.LevelError, kgo.LogLevelError, false, false},
 	} {
-		var buf syncBuffer
+		var buf syncbuf.Buffer
 		l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
 		cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), Logger(l, "upstream"))
 		if err != nil {
@@ -58,7 +58,7 @@ func TestLoggerCarriesClientWarnings(t *testing.T) {
 	}
 	addr := c.ListenAddrs()[0]
 	c.Close() // nothing listens there any more
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), Logger(l, "shadow-tail"), kgo.RequestRetries(0))
 	if err != nil {
@@ -71,21 +71,4 @@ func TestLoggerCarriesClientWarnings(t *testing.T) {
 	if out := buf.String(); !strings.Contains(out, "client=shadow-tail") || !strings.Contains(out, "level=WARN") {
 		t.Errorf("no warning of the shadow-tail client logged:\n%s", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
