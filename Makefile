@@ -159,7 +159,8 @@ chaos:
 # Soak (e2e/chaos soak): 25 minutes by default (SOAK_FLAGS='--duration 6h' for hours) on a
 # three-node cluster (started or reused): 2 sidecars, 2 Go and 1 Java workers, random aborts, and
 # in turn every 3 minutes a worker kill -9, a kill -9 and restart of the last sidecar, a broker
-# restart; the input written in transactions half of the time; at least 1,000,000 inputs. Every
+# restart; the input written in transactions half of the time; at least 1,000,000 inputs; a
+# churner (a new share group, member and transactional id every 2 s through sidecar 1). Every
 # 30 s each sidecar is sampled (RSS, heap, goroutines, connections, fds, the ledger's sizes,
 # sessions, open calls, shadow tail lag, commit→applied p99) and printed; at the end a growth
 # test per figure (thresholds printed), a plot (soak.png in the work directory) and the

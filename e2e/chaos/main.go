@@ -159,6 +159,7 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&so.RecordsGoal, "records-goal", 1_000_000, "fewer inputs processed fail the soak (0: no goal)")
 	fs.DurationVar(&so.Drain, "drain", 4*time.Minute, "after the load: how long the workers may take to finish")
 	fs.StringVar(&so.Plot, "plot", "", "PNG of the samples (default: soak.png in the work directory)")
+	fs.DurationVar(&so.ChurnEvery, "churn-every", 2*time.Second, "one churn cycle per interval at most: a new share group, member and transactional id through sidecar 1, which must forget them once gone (0: no churn)")
 	jsonPath := fs.String("json", "", "also write the result (every sample) to this file as JSON")
 	fs.IntVar(&o.Proxies, "proxies", 2, "sharetx sidecars (at least 2: sidecar 1 is never restarted, the last one is)")
 	runFlags(fs, &o, 0.1, 100)

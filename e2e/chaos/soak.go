@@ -42,6 +42,7 @@ type SoakOptions struct {
 	RecordsGoal int           // fewer inputs processed fail the soak (0: no goal)
 	Drain       time.Duration // after the load: how long the workers may take to finish the inputs
 	Plot        string        // PNG of the samples (default: soak.png in the work directory)
+	ChurnEvery  time.Duration // one churn cycle (a new group, member and transactional id through sidecar 1) per interval at most; 0: none
 }
 
 func (so *SoakOptions) defaults() {
@@ -76,6 +77,7 @@ type SoakResult struct {
 	Growing  []string     `json:"growing,omitempty"` // "sidecar N start S: figure"
 	Faults   []string     `json:"faults"`            // what was injected, when
 	Plot     string       `json:"plot,omitempty"`
+	Churn    *ChurnResult `json:"churn,omitempty"`
 	SoakPass bool         `json:"soak_pass"`
 }
 
@@ -142,6 +144,13 @@ func (sk *soak) run(ctx context.Context) SoakResult {
 	if err == nil {
 		err = p.startProxies()
 	}
+	var ch *churner
+	if err == nil && so.ChurnEvery > 0 {
+		ch = newChurner(p, so.ChurnEvery)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = ch.setup(sctx)
+		cancel()
+	}
 	if err == nil {
 		for i := 0; i < o.Workers; i++ {
 			lang := "go"
@@ -168,6 +177,11 @@ func (sk *soak) run(ctx context.Context) SoakResult {
 	wg.Add(2)
 	go func() { defer wg.Done(); sk.feed(loadCtx) }()
 	go func() { defer wg.Done(); sk.injectFaults(loadCtx) }()
+	if ch != nil {
+		p.say("churn: a new share group, member and transactional id through sidecar 1 every %s at most (topics %s, %s)", so.ChurnEvery, ch.in, ch.out)
+		wg.Add(1)
+		go func() { defer wg.Done(); ch.run(loadCtx) }()
+	}
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); sk.sampleLoop(sampleCtx) }()
@@ -201,7 +215,7 @@ func (sk *soak) run(ctx context.Context) SoakResult {
 	p.res = p.verify()
 
 	fmt.Fprintln(o.Out)
-	rows := judgeGrowth(sk.samples, so.WarmUp)
+	rows := judgeGrowth(sk.samples, so.WarmUp, ch != nil)
 	sk.p.r.outMu.Lock()
 	fmt.Fprintf(o.Out, "growth after a warm-up of %s per sidecar incarnation (a figure grows when its least-squares slope over the window exceeds the threshold, max(relative × median, absolute), and its last third's median is above its first third's by half that):\n", so.WarmUp)
 	writeGrowth(o.Out, rows)
@@ -222,6 +236,15 @@ func (sk *soak) run(ctx context.Context) SoakResult {
 	}
 	for _, g := range res.Growing {
 		p.res.Errors = append(p.res.Errors, "growing: "+g)
+	}
+	if ch != nil {
+		cr := ch.result()
+		res.Churn = &cr
+		// A fault (a broker restart) may fail a cycle or two; most must
+		// commit, or the churn tested nothing.
+		if cr.Committed == 0 || cr.Failed > cr.Cycles/4 {
+			p.res.Errors = append(p.res.Errors, fmt.Sprintf("churn: %d of %d cycles committed, %d failed: %s", cr.Committed, cr.Cycles, cr.Failed, strings.Join(cr.Errors, "; ")))
+		}
 	}
 	p.res.Judge()
 	res.SoakPass = p.res.Pass
@@ -384,7 +407,7 @@ func (sk *soak) sampleAll() {
 	}
 }
 
-var soakColumns = []string{"rss_mib", "heap_mib", "goroutines", "conns", "fds", "held", "ranges", "known", "members", "txns", "sessions", "calls", "tail_lag", "applied_p99_ms"}
+var soakColumns = []string{"rss_mib", "heap_mib", "goroutines", "conns", "fds", "held", "ranges", "known", "members", "groups", "txns", "sessions", "calls", "tail_lag", "applied_p99_ms"}
 
 func (sk *soak) printHeader() {
 	sk.p.r.say("soak samples: %s", "at  sidecar#start  in  out  "+strings.Join(soakColumns, "  "))
@@ -444,6 +467,12 @@ func WriteSoakSummary(w io.Writer, res SoakResult, goal int) {
 	fmt.Fprintf(w, "inputs processed: %d (goal %d); samples: %d; faults injected: %d\n", res.Records, goal, len(res.Samples), len(res.Faults))
 	for _, f := range res.Faults {
 		fmt.Fprintf(w, "  fault at %s\n", f)
+	}
+	if c := res.Churn; c != nil {
+		fmt.Fprintf(w, "churn: %d cycles (a new group, member and transactional id each), %d committed, %d failed\n", c.Cycles, c.Committed, c.Failed)
+		for _, e := range c.Errors {
+			fmt.Fprintf(w, "  churn failure at %s\n", e)
+		}
 	}
 	if len(res.Growing) == 0 {
 		fmt.Fprintln(w, "nothing kept growing")

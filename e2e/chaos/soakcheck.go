@@ -59,6 +59,7 @@ var soakMetrics = []soakMetric{
 	{"owed", "owed acks", 0.5, 2000, entries("owed_acks")},
 	{"known", "known shadow records", 0.5, 2000, entries("known_records")},
 	{"members", "members", 0.5, 10, entries("members")},
+	{"groups", "groups", 0.5, 10, entries("groups")},
 	{"txns", "transactions", 0.5, 10, entries("transactions")},
 	{"sessions", "share sessions", 0.5, 10, gauge("sharetx_share_sessions")},
 	{"calls", "open staged calls", 0.5, 50, gauge("sharetx_staged_calls_open")},
@@ -67,6 +68,18 @@ var soakMetrics = []soakMetric{
 	{"applied_p99_ms", "commit→applied p99 (ms)", 1, 1000, func(m, prev map[string]float64) float64 {
 		return histQuantile(m, prev, "sharetx_commit_to_applied_seconds", 0.99) * 1000
 	}},
+}
+
+// keptFor: when owners churn (the soak's churner), how long a sidecar keeps
+// what it learned of one after it is gone (staging/learn.go: a member 3
+// minutes after its last heartbeat, its group's readers with it, a
+// transactional id 16 minutes after its last use, pruned every 30 s), with a
+// margin; such a figure grows until the first owners are forgotten, so it is
+// judged only after that.
+var keptFor = map[string]time.Duration{
+	"members": 5 * time.Minute,
+	"groups":  5 * time.Minute,
+	"txns":    18 * time.Minute,
 }
 
 // sumPrefix sums the series of one metric (every label set).
@@ -136,12 +149,13 @@ type growthRow struct {
 const minGrowthSamples = 6
 
 // judgeGrowth tests every figure of every sidecar incarnation: after warmUp
-// (counted from that incarnation's first sample), over the samples taken
+// (counted from that incarnation's first sample; when churn, after the
+// figure's keptFor if longer), over the samples taken
 // under load, a figure grows when its least-squares slope projected over the
 // window exceeds max(Rel × median, Abs) and the median of the last third is
 // above the first third's by more than half that. Incarnations with fewer
 // than minGrowthSamples samples are listed, not judged.
-func judgeGrowth(samples []soakSample, warmUp time.Duration) []growthRow {
+func judgeGrowth(samples []soakSample, warmUp time.Duration, churn bool) []growthRow {
 	type inc struct{ proxy, start int }
 	var order []inc
 	by := map[inc][]soakSample{}
@@ -156,23 +170,21 @@ func judgeGrowth(samples []soakSample, warmUp time.Duration) []growthRow {
 	for _, k := range order {
 		ss := by[k]
 		first := ss[0].At
-		var use []soakSample
-		for _, s := range ss {
-			if s.Load && s.At-first >= warmUp {
-				use = append(use, s)
-			}
-		}
 		for _, m := range soakMetrics {
 			row := growthRow{Proxy: k.proxy, Start: k.start, Metric: m.Key, MinSamplesFor: minGrowthSamples}
+			skip, what := warmUp, "the warm-up"
+			if kept := keptFor[m.Key]; churn && kept > skip {
+				skip, what = kept, "the time churned owners are kept ("+kept.String()+")"
+			}
 			var xs, ys []float64
-			for _, s := range use {
-				if v, ok := s.V[m.Key]; ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			for _, s := range ss {
+				if v, ok := s.V[m.Key]; ok && s.Load && s.At-first >= skip && !math.IsNaN(v) && !math.IsInf(v, 0) {
 					xs, ys = append(xs, s.At.Minutes()), append(ys, v)
 				}
 			}
 			row.Samples = len(ys)
 			if len(ys) < minGrowthSamples {
-				row.NotJudgedWhy = fmt.Sprintf("%d samples after the warm-up, %d needed", len(ys), minGrowthSamples)
+				row.NotJudgedWhy = fmt.Sprintf("%d samples after %s, %d needed", len(ys), what, minGrowthSamples)
 				rows = append(rows, row)
 				continue
 			}
@@ -225,11 +237,15 @@ func writeGrowth(w io.Writer, rows []growthRow) (growing int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "sidecar\tstart\tfigure\tsamples\tspan\tfirst third\tlast third\tslope/min\tgrowth\tthreshold\tverdict\t")
 	var short []string
+	figures := map[string][]string{}
 	for _, r := range rows {
 		if r.NotJudgedWhy != "" {
-			if r.Metric == soakMetrics[0].Key {
-				short = append(short, fmt.Sprintf("sidecar %d start %d: %s", r.Proxy, r.Start, r.NotJudgedWhy))
+			// One line per incarnation and reason, naming its figures.
+			k := fmt.Sprintf("sidecar %d start %d: %s", r.Proxy, r.Start, r.NotJudgedWhy)
+			if _, ok := figures[k]; !ok {
+				short = append(short, k)
 			}
+			figures[k] = append(figures[k], r.Metric)
 			continue
 		}
 		verdict := "flat"
@@ -242,7 +258,11 @@ func writeGrowth(w io.Writer, rows []growthRow) (growing int) {
 	}
 	tw.Flush()
 	for _, s := range short {
-		fmt.Fprintf(w, "  not judged: %s\n", s)
+		what := strings.Join(figures[s], ", ")
+		if len(figures[s]) == len(soakMetrics) {
+			what = "every figure"
+		}
+		fmt.Fprintf(w, "  not judged: %s (%s)\n", s, what)
 	}
 	return growing
 }

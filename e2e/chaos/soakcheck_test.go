@@ -58,7 +58,7 @@ func TestJudgeGrowth(t *testing.T) {
 	// A restarted sidecar's incarnation of 4 minutes.
 	ss = append(ss, series(2, 2, 25, 4, "rss_mib", func(i int) float64 { return float64(100 * i) })...)
 
-	rows := judgeGrowth(ss, 5*time.Minute)
+	rows := judgeGrowth(ss, 5*time.Minute, false)
 	if r := rowOf(t, rows, 1, 1, "rss_mib"); !r.Growing || r.Samples != 20 || math.Abs(r.Slope-3) > 1e-9 {
 		t.Errorf("the leak: %+v, want growing, 20 samples, slope 3/min", r)
 	}

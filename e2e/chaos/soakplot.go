@@ -23,7 +23,7 @@ var soakPanels = []struct {
 	{"memory (MiB)", []string{"rss_mib", "heap_mib"}},
 	{"goroutines, connections, fds", []string{"goroutines", "conns", "fds"}},
 	{"ledger entries", []string{"held", "ranges", "known", "owed", "pending"}},
-	{"members, transactions, sessions, calls", []string{"members", "txns", "sessions", "calls"}},
+	{"members, groups, transactions, sessions, calls", []string{"members", "groups", "txns", "sessions", "calls"}},
 	{"shadow tail lag (records)", []string{"tail_lag"}},
 	{"commit→applied p99 (ms)", []string{"applied_p99_ms"}},
 }
