@@ -10,7 +10,7 @@
 #
 # A third proxy (SHARETX_STALL_BOOTSTRAP, SHARETX_STALL_PID) is the time-out test's to stop and resume.
 # Env: SASL_SEEDS (the cluster's SASL_PLAINTEXT listener: a second proxy in front of it, for the
-#      SASL tests; SHARETX_SASL_BOOTSTRAP)  MVN_OFFLINE (1: mvn -o; by default mvn downloads what the Maven cache lacks, the first time only)  SHARETX_JAVA_WORK (a temp dir)
+#      SASL tests; SHARETX_SASL_BOOTSTRAP, and one with TLS listeners, SHARETX_SASL_TLS_BOOTSTRAP)  MVN_OFFLINE (1: mvn -o; by default mvn downloads what the Maven cache lacks, the first time only)  SHARETX_JAVA_WORK (a temp dir)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SEEDS=${1:?usage: java/test-with-proxy.sh SEEDS [mvn args...]}
@@ -72,6 +72,20 @@ if [ -n "${SASL_SEEDS:-}" ]; then
     SHARETX_UPSTREAM_SASL_PASSWORD=sharetx-secret
 fi
 
+# TLS on the client side: proxies whose listeners speak TLS (a self-signed certificate for
+# 127.0.0.1 made here), one in front of the plain listener (security.protocol SSL) and, with
+# SASL_SEEDS, one in front of the SASL listener (SASL_SSL): the library's own connections must
+# speak what the producer's configuration says.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+  -keyout "$WORK/tls-key.pem" -out "$WORK/tls-cert.pem" >/dev/null 2>&1
+tls_env=(SHARETX_LISTEN_TLS_ENABLED=true SHARETX_LISTEN_TLS_CERT_FILE="$WORK/tls-cert.pem" SHARETX_LISTEN_TLS_KEY_FILE="$WORK/tls-key.pem")
+start_proxy tls "$SEEDS" "${tls_env[@]}"
+sasltls_BS=
+if [ -n "${SASL_SEEDS:-}" ]; then
+  start_proxy sasltls "$SASL_SEEDS" "${tls_env[@]}" SHARETX_UPSTREAM_SASL_MECHANISM=SCRAM-SHA-256 SHARETX_UPSTREAM_SASL_USERNAME=sharetx \
+    SHARETX_UPSTREAM_SASL_PASSWORD=sharetx-secret
+fi
+
 # A proxy of its own for the time-out test, which stops it (SIGSTOP) for a while and resumes it.
 start_proxy stall "$SEEDS"
 
@@ -88,7 +102,8 @@ if [ "${JAVA_TEST_COPY:-0}" = 1 ]; then
   log "building and testing a copy of java/ in $jdir"
 fi
 rc=0
-(cd "$jdir" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS SHARETX_STALL_BOOTSTRAP=$stall_BS SHARETX_STALL_PID=$stall_PID mvn -B $offline "$@" test) || rc=$?
+(cd "$jdir" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS SHARETX_STALL_BOOTSTRAP=$stall_BS SHARETX_STALL_PID=$stall_PID \
+  SHARETX_TLS_BOOTSTRAP=$tls_BS SHARETX_SASL_TLS_BOOTSTRAP=$sasltls_BS SHARETX_TLS_CA=$WORK/tls-cert.pem mvn -B $offline "$@" test) || rc=$?
 if [ $rc != 0 ]; then
   log "mvn failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true
   # What each proxy holds and did, for a failure that left no warning (the work directory may be

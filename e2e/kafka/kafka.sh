@@ -23,7 +23,7 @@
 #
 # Every node has two client listeners on 127.0.0.1:
 #   PLAINTEXT       client port      no authentication (User:ANONYMOUS); also inter-broker traffic
-#   SASL_PLAINTEXT  client port + 5  mechanisms PLAIN and SCRAM-SHA-256
+#   SASL_PLAINTEXT  client port + 5  mechanisms PLAIN, SCRAM-SHA-256 and OAUTHBEARER (unsecured tokens: User:<sub>)
 # Test-only users (PLAIN from the JAAS config, SCRAM-SHA-256 credentials added at format time):
 #   admin/admin-secret (super user)  alice/alice-secret  bob/bob-secret  mallory/mallory-secret
 #   sharetx/sharetx-secret (the proxy's own principal in tests)

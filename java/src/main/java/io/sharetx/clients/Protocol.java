@@ -21,8 +21,6 @@ final class Protocol {
     }
 
     static final short API_VERSIONS = 18;
-    static final short SASL_HANDSHAKE = 17;
-    static final short SASL_AUTHENTICATE = 36;
     static final short METADATA = 3;
     /** TxnShareAcknowledge's key in the reference's latest revision, and sharetx's default. */
     static final short DEFAULT_TXN_SHARE_ACKNOWLEDGE_KEY = 95;
@@ -181,36 +179,6 @@ final class Protocol {
             keys.put(key, new short[] {r.int16(), r.int16()});
         }
         return keys;
-    }
-
-    // ---------------------------------------------------------------- SASL
-
-    static byte[] saslHandshakeV1(String mechanism) {
-        return new Wire.Writer().string(mechanism).toByteArray();
-    }
-
-    /** SaslHandshake v1 response: error code and the broker's mechanisms. */
-    static short parseSaslHandshake(ByteBuffer body, List<String> mechanisms) {
-        Wire.Reader r = new Wire.Reader(body);
-        short code = r.int16();
-        int n = r.int32();
-        for (int i = 0; i < n && i < 1000; i++) {
-            mechanisms.add(r.string());
-        }
-        return code;
-    }
-
-    static byte[] saslAuthenticateV1(byte[] token) {
-        return new Wire.Writer().bytes(token).toByteArray();
-    }
-
-    /** SaslAuthenticate v1 response: {code, message, bytes}. */
-    static Object[] parseSaslAuthenticate(ByteBuffer body) {
-        Wire.Reader r = new Wire.Reader(body);
-        short code = r.int16();
-        String msg = r.string();
-        byte[] bytes = r.bytes();
-        return new Object[] {code, msg, bytes == null ? new byte[0] : bytes};
     }
 
     // ---------------------------------------------------------------- Metadata v12

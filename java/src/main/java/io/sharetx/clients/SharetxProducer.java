@@ -9,8 +9,6 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.common.Uuid;
-import org.apache.kafka.common.config.SaslConfigs;
-import org.apache.kafka.common.config.types.Password;
 import org.apache.kafka.common.errors.ApiException;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RetriableException;
@@ -321,8 +319,8 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
 
     private SidecarClient sidecar() {
         if (sidecar == null) {
-            sidecar = new SidecarClient(settings.bootstrap, settings.clientId, settings.apiKey, settings.securityProtocol,
-                settings.saslMechanism, settings.jaasConfig, settings.requestTimeoutMs);
+            sidecar = new SidecarClient(settings.bootstrap, settings.clientId, settings.apiKey, settings.networkConfig,
+                settings.securityProtocol, settings.requestTimeoutMs);
         }
         return sidecar;
     }
@@ -558,6 +556,9 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
     /** What the constructors derive from the configuration before KafkaProducer sees it. */
     private static final class Settings {
         Map<String, Object> producerConfig;
+        // the producer's configuration as ProducerConfig parsed it: the library's own connections
+        // take their security settings (security.protocol, ssl.*, sasl.*) from it
+        ProducerConfig networkConfig;
         Serializer<?> keySerializer;
         Serializer<?> valueSerializer;
         String transactionalId;
@@ -566,8 +567,6 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         List<String> bootstrap;
         String clientId;
         String securityProtocol;
-        String saslMechanism;
-        String jaasConfig;
         int requestTimeoutMs;
         long maxBlockMs;
         long retryBackoffMs;
@@ -589,6 +588,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 forConfig.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, value.getClass());
             }
             ProducerConfig pc = new ProducerConfig(forConfig);
+            s.networkConfig = pc;
             s.transactionalId = pc.getString(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
             s.bootstrap = pc.getList(CommonClientConfigs.BOOTSTRAP_SERVERS_CONFIG);
             s.clientId = pc.getString(CommonClientConfigs.CLIENT_ID_CONFIG);
@@ -596,9 +596,6 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 s.clientId = "sharetx-clients" + (s.transactionalId != null ? "-" + s.transactionalId : "");
             }
             s.securityProtocol = pc.getString(CommonClientConfigs.SECURITY_PROTOCOL_CONFIG);
-            s.saslMechanism = pc.getString(SaslConfigs.SASL_MECHANISM);
-            Password jaas = pc.getPassword(SaslConfigs.SASL_JAAS_CONFIG);
-            s.jaasConfig = jaas == null ? null : jaas.value();
             s.requestTimeoutMs = pc.getInt(CommonClientConfigs.REQUEST_TIMEOUT_MS_CONFIG);
             s.maxBlockMs = pc.getLong(ProducerConfig.MAX_BLOCK_MS_CONFIG);
             s.retryBackoffMs = pc.getLong(CommonClientConfigs.RETRY_BACKOFF_MS_CONFIG);

@@ -22,8 +22,9 @@
  * Every client connects to the sidecar ({@code bootstrap.servers} = the sidecar; it advertises
  * itself for every broker). The stock producer cannot send an API key it does not know, so the
  * library opens connections of its own, to the listener the metadata names for each partition's
- * leader, authenticated as the producer's configuration says (PLAINTEXT, SASL_PLAINTEXT with
- * PLAIN or SCRAM-SHA-256/512; TLS is not supported yet), and sends TxnShareAcknowledge v0 in the
+ * leader, with kafka-clients' own network and security layer configured from the producer's
+ * configuration ({@code security.protocol}, {@code ssl.*}, {@code sasl.*} apply unchanged: SSL,
+ * SASL_PLAINTEXT and SASL_SSL with any mechanism), and sends TxnShareAcknowledge v0 in the
  * reference implementation's layout (API key {@code sharetx.api.key}, default 95; request header
  * v2), one request per leader. The producer's id and epoch are not visible through the stock API,
  * so it sends ProducerId/ProducerEpoch -1/-1: the sidecar's extension for "the ones this sidecar

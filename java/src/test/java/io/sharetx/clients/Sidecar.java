@@ -77,6 +77,42 @@ final class Sidecar {
         return m;
     }
 
+    /** Optional: proxies whose listeners speak TLS (test-with-proxy.sh sets them and the CA file). */
+    static final String TLS_BOOTSTRAP_ENV = "SHARETX_TLS_BOOTSTRAP";
+    static final String SASL_TLS_BOOTSTRAP_ENV = "SHARETX_SASL_TLS_BOOTSTRAP";
+    static final String TLS_CA_ENV = "SHARETX_TLS_CA";
+
+    /**
+     * SSL (no SASL) through the TLS proxy in front of the plain listener, or SASL_SSL as
+     * {@code user} with {@code mechanism} through the TLS proxy in front of the SASL listener
+     * ({@code mechanism} null: SSL); skipped without them.
+     */
+    static Map<String, Object> tls(String mechanism, String user, String password) {
+        bootstrap();
+        String env = mechanism == null ? TLS_BOOTSTRAP_ENV : SASL_TLS_BOOTSTRAP_ENV;
+        String bs = System.getenv(env);
+        String ca = System.getenv(TLS_CA_ENV);
+        Assumptions.assumeTrue(bs != null && !bs.isBlank() && ca != null, env + " or " + TLS_CA_ENV + " is not set: no TLS proxy");
+        Map<String, Object> m = mechanism == null ? new HashMap<>() : sasl(mechanism, user, password);
+        m.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bs.trim());
+        m.put("security.protocol", mechanism == null ? "SSL" : "SASL_SSL");
+        m.put("ssl.truststore.type", "PEM");
+        m.put("ssl.truststore.location", ca);
+        return m;
+    }
+
+    /**
+     * SASL_PLAINTEXT with OAUTHBEARER through the SASL proxy: an unsecured JWS (alg none) whose
+     * subject is {@code sub}, as Kafka's default login handler makes it and the cluster's default
+     * validator accepts it (kafka.sh enables the mechanism); skipped without the SASL proxy.
+     */
+    static Map<String, Object> oauth(String sub) {
+        Map<String, Object> m = sasl("PLAIN", "-", "-");
+        m.put("sasl.mechanism", "OAUTHBEARER");
+        m.put("sasl.jaas.config", "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"" + sub + "\";");
+        return m;
+    }
+
     static Admin admin(Map<String, Object> conf) {
         return Admin.create(new HashMap<>(conf));
     }

@@ -164,11 +164,4 @@ class WireFormatTest {
             assertFalse(SharetxProducer.exceptionFor(c, "m") instanceof RetriableException, "fatal " + c);
         }
     }
-
-    @Test
-    void jaasOptions() {
-        String jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"alice\" password=\"a\\\"b\";";
-        assertEquals("alice", SidecarClient.jaasOption(jaas, "username"));
-        assertEquals("a\"b", SidecarClient.jaasOption(jaas, "password"));
-    }
 }
