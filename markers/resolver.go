@@ -39,6 +39,8 @@ type Resolver struct {
 	mMarkers     *prometheus.CounterVec
 	mRedelivered *prometheus.CounterVec
 	mRejected    *prometheus.CounterVec
+	mRead        *prometheus.CounterVec
+	mReadBytes   *prometheus.CounterVec
 }
 
 // limits are the per-call limits a plausible shadow record stays within.
@@ -61,11 +63,21 @@ func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.
 			Help: "Redelivered records taken out of ShareFetch responses, by outcome: committed (acknowledged by the proxy with the committed type), held_open (held for a transaction still open), held_then_committed, held_then_aborted (released); and unverified: ShareFetch responses with redelivered records handed to the client before the shadow topic could be read to its end."}, []string{"outcome"}),
 		mRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_records_rejected_total",
 			Help: "Shadow records read from the shadow topic and ignored, by reason: unsigned, bad_signature, copied (a signed record in another producer's batch), undecodable, implausible_range. Anything above 0 means someone other than sharetx writes the shadow topic."}, []string{"reason"}),
+		mRead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_read_records_total",
+			Help: "Records the proxy read from the shadow topic (every sidecar reads every sidecar's), by kind: staged (a trusted shadow record), marker (COMMIT/ABORT), rejected, other (touch records, other control records). Compared with the fleet's staged calls, it shows what one sidecar pays for the others."}, []string{"kind"}),
+		mReadBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_read_bytes_total",
+			Help: "Key and value bytes of the records the proxy read from the shadow topic, by kind (as sharetx_shadow_read_records_total)."}, []string{"kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(r.mMarkers, r.mRedelivered, r.mRejected)
+		reg.MustRegister(r.mMarkers, r.mRedelivered, r.mRejected, r.mRead, r.mReadBytes)
 	}
 	return r
+}
+
+// countRead counts a record the tailer read.
+func (r *Resolver) countRead(kind string, bytes int) {
+	r.mRead.WithLabelValues(kind).Inc()
+	r.mReadBytes.WithLabelValues(kind).Add(float64(bytes))
 }
 
 // Track hands the Resolver a call the Stager staged.

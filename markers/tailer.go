@@ -61,6 +61,11 @@ type handlers struct {
 	Key []byte
 	// OnRejected is told why a shadow record was not trusted. May be nil.
 	OnRejected func(partition int32, offset int64, reason string)
+	// OnRead is told of every record read (its key and value bytes), by
+	// kind: staged (a trusted shadow record, of any proxy), marker (a
+	// COMMIT or ABORT), rejected, other (touch records, other control
+	// records, anything else). May be nil.
+	OnRead func(kind string, bytes int)
 }
 
 // stagedRecord is a shadow record as read, its transaction still open.
@@ -96,7 +101,7 @@ func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onR
 func startAll(opts []kgo.Opt, topic string, start map[int32]int64, h handlers) (*Tailer, error) {
 	r := newMatcher("", h.OnResolve)
 	r.onStaged = h.OnStaged
-	r.key, r.onRejected = h.Key, h.OnRejected
+	r.key, r.onRejected, r.onRead = h.Key, h.OnRejected, h.OnRead
 	return newTailer(opts, topic, start, r)
 }
 
@@ -108,6 +113,7 @@ func Follow(opts []kgo.Opt, topic string, start map[int32]int64, key []byte, r *
 		OnResolve:  func(res Resolution) { r.Resolve(res.Partition, res.Offset, res.Commit) },
 		Key:        key,
 		OnRejected: r.RejectShadow,
+		OnRead:     r.countRead,
 	})
 }
 
@@ -274,6 +280,7 @@ type matcher struct {
 
 	key        []byte
 	onRejected func(partition int32, offset int64, reason string)
+	onRead     func(kind string, bytes int)
 
 	mu    sync.Mutex
 	parts map[int32]*partState
@@ -317,6 +324,7 @@ func (r *matcher) handle(rec logRecord) {
 	var out []Resolution
 	var newStaged *stagedRecord
 	rejected := ""
+	kind := "other"
 	switch {
 	case rec.control:
 		if len(rec.key) < 4 {
@@ -326,6 +334,7 @@ func (r *matcher) handle(rec logRecord) {
 		if typ != controlAbort && typ != controlCommit {
 			break // other control records (e.g. leader change markers)
 		}
+		kind = "marker"
 		list := ps.pending[rec.producerID]
 		keep := list[:0]
 		for _, s := range list {
@@ -343,9 +352,10 @@ func (r *matcher) handle(rec logRecord) {
 	case rec.transactional && staging.IsShadowRecord(rec.value):
 		sr, err := r.decode(rec)
 		if err != nil {
-			rejected = RejectReason(err)
+			rejected, kind = RejectReason(err), "rejected"
 			break
 		}
+		kind = "staged"
 		if r.proxyID != "" && sr.ProxyID != r.proxyID {
 			break
 		}
@@ -353,6 +363,9 @@ func (r *matcher) handle(rec logRecord) {
 		newStaged = &stagedRecord{Record: sr, Offset: rec.offset, Partition: rec.partition}
 	}
 	r.mu.Unlock()
+	if r.onRead != nil {
+		r.onRead(kind, len(rec.key)+len(rec.value))
+	}
 	if rejected != "" && r.onRejected != nil {
 		r.onRejected(rec.partition, rec.offset, rejected)
 	}

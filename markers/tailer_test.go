@@ -376,6 +376,9 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 	r := newMatcher("", func(res Resolution) { got = append(got, res) })
 	r.key = key
 	r.onRejected = func(_ int32, _ int64, reason string) { rejected = append(rejected, reason) }
+	var read []string
+	bytes := 0
+	r.onRead = func(kind string, n int) { read, bytes = append(read, kind), bytes+n }
 	signed := func(off, pid int64, epoch int16, k []byte, batchPID int64) logRecord {
 		sr := &staging.ShadowRecord{ProxyID: proxyID, ProducerID: pid, ProducerEpoch: epoch,
 			Topics: []staging.ShadowTopic{{Partitions: []staging.ShadowPartition{{AcknowledgementBatches: []staging.ShadowBatch{
@@ -387,8 +390,14 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 	r.handle(signed(3, 8, 0, key, 7))                                                                 // copied into pid 7's batch
 	r.handle(signed(4, 7, 0, key, 7))                                                                 // good
 	r.handle(marker(0, 5, 7, 0, true))
+	r.handle(logRecord{partition: 0, offset: 6, producerID: 9, transactional: true, value: []byte("sharetx-touch")})
+	r.handle(marker(0, 6, 7, 0, true)) // read already: not counted again
 	if fmt.Sprint(rejected) != "[unsigned bad_signature copied]" {
 		t.Fatalf("rejected %v", rejected)
+	}
+	// Every record read once, by kind (sharetx_shadow_read_records_total).
+	if fmt.Sprint(read) != "[rejected rejected rejected staged marker other]" || bytes < 4*50 {
+		t.Fatalf("records read %v (%d bytes)", read, bytes)
 	}
 	if len(got) != 1 || tag(got[0]) != 4 || !got[0].Commit {
 		t.Fatalf("resolved %+v, want only the signed record at 4", got)
