@@ -59,7 +59,7 @@ func kipSummary(m map[string]float64) string {
 	for k, v := range m {
 		for _, pre := range []string{"sharetx_txn_share_acknowledge_total", "sharetx_markers_total", "sharetx_upstream_ack_failures_total",
 			"sharetx_client_acks_absorbed_total", "sharetx_client_share_session_epoch_errors_total", "sharetx_lock_renewals_total",
-			"sharetx_tx_pending_records", "sharetx_commit_to_applied_seconds_count", "sharetx_connections_closed_total"} {
+			"sharetx_tx_pending_records", "sharetx_commit_to_applied_seconds_count", "sharetx_connections_closed_total", "sharetx_shadow_read_records_total"} {
 			if strings.HasPrefix(k, pre) {
 				parts = append(parts, fmt.Sprintf("%s=%g", strings.TrimPrefix(k, "sharetx_"), v))
 			}
