@@ -26,6 +26,7 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/e2e/sim"
+	"github.com/sharetx/sharetx/internal/syncbuf"
 	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/upstream"
 )
@@ -283,30 +284,15 @@ func (p *Proxy) NewClient(t testing.TB, rec *DialRecorder, opts ...kgo.Opt) *kgo
 	return cl
 }
 
-// LogBuffer collects the proxy's log lines for assertions.
+// LogBuffer collects the proxy's log lines for assertions (Write and String
+// from syncbuf.Buffer).
 type LogBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	syncbuf.Buffer
 }
 
 // Contains reports whether a logged line contains s.
 func (l *LogBuffer) Contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.b.String(), s)
-}
-
-// String returns everything logged.
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return strings.Contains(l.String(), s)
 }
 
 // Wait polls cond until it holds or d passes.

@@ -41,6 +41,7 @@ type Resolver struct {
 	mRejected    *prometheus.CounterVec
 	mRead        *prometheus.CounterVec
 	mReadBytes   *prometheus.CounterVec
+	readCounters map[string]readCounter // kind → its counters, filled by countRead (the tailer's goroutine only)
 }
 
 // limits are the per-call limits a plausible shadow record stays within.
@@ -68,17 +69,28 @@ func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.
 		mReadBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_read_bytes_total",
 			Help: "Key and value bytes of the records the proxy read from the shadow topic, by kind (as sharetx_shadow_read_records_total)."}, []string{"kind"}),
 	}
+	r.readCounters = map[string]readCounter{}
 	if reg != nil {
 		reg.MustRegister(r.mMarkers, r.mRedelivered, r.mRejected, r.mRead, r.mReadBytes)
 	}
 	return r
 }
 
-// countRead counts a record the tailer read.
+// countRead counts a record the tailer read (it runs for every shadow record
+// of every sidecar), on counters resolved once per kind, at its first record:
+// /metrics lists only kinds that were read. Only the tailer's goroutine calls
+// it, so readCounters needs no lock.
 func (r *Resolver) countRead(kind string, bytes int) {
-	r.mRead.WithLabelValues(kind).Inc()
-	r.mReadBytes.WithLabelValues(kind).Add(float64(bytes))
+	c, ok := r.readCounters[kind]
+	if !ok {
+		c = readCounter{r.mRead.WithLabelValues(kind), r.mReadBytes.WithLabelValues(kind)}
+		r.readCounters[kind] = c
+	}
+	c.records.Inc()
+	c.bytes.Add(float64(bytes))
 }
+
+type readCounter struct{ records, bytes prometheus.Counter }
 
 // Track hands the Resolver a call the Stager staged.
 func (r *Resolver) Track(s *staging.Staged) {
