@@ -30,6 +30,13 @@ type Resolution struct {
 	Commit    bool // true: the transaction committed; false: it aborted (or timed out)
 }
 
+// The tailer's fetches: the broker answers once tailMinBytes of shadow
+// records are there, or after tailMaxWait.
+const (
+	tailMinBytes = 256 << 10
+	tailMaxWait  = 200 * time.Millisecond
+)
+
 // Tailer consumes the shadow topic and calls onResolve for each staged record
 // of its proxy once the record's transaction has ended.
 type Tailer struct {
@@ -127,6 +134,14 @@ func newTailer(opts []kgo.Opt, topic string, start map[int32]int64, res *matcher
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
+		// Batch the tail: without a minimum, every shadow record and
+		// marker any sidecar writes ends the parked fetch and costs a
+		// fetch round trip of its own on every sidecar (docs/design.md
+		// §8.5). The broker answers once tailMinBytes are there or after
+		// tailMaxWait, so a barrier or a marker waits at most that long
+		// more.
+		kgo.FetchMinBytes(tailMinBytes),
+		kgo.FetchMaxWait(tailMaxWait),
 	)
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
