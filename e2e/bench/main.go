@@ -39,7 +39,7 @@ import (
 )
 
 // allParts are the sections of a run, in the order they run.
-var allParts = []string{"passthrough", "pipelines", "scaling", "java-eos", "latency", "staged"}
+var allParts = []string{"passthrough", "pipelines", "scaling", "scaleout", "java-eos", "latency", "staged"}
 
 // Options are the knobs of one run.
 type Options struct {
@@ -69,18 +69,24 @@ type Options struct {
 	ScaleWarm       time.Duration `json:"scale_warm_ns"`
 	ScaleRounds     int           `json:"scale_rounds"`
 	ScaleRecords    int           `json:"scale_records"`
-	JavaEOSBatch    int           `json:"java_eos_batch"`
-	JavaEOSDur      time.Duration `json:"java_eos_duration_ns"`
-	Pin             bool          `json:"pin"`
-	Quick           bool          `json:"quick"`
-	PacedRate       int           `json:"paced_rate"`
-	PacedDur        time.Duration `json:"paced_duration_ns"`
-	SharetxBin      string        `json:"-"`
-	WorkDir         string        `json:"work_dir"`
-	ProxyLog        string        `json:"-"`
-	Perf            bool          `json:"perf"`
-	Parts           []string      `json:"parts"`
-	Out             io.Writer     `json:"-"`
+	// The scale-out section: fleet sizes, its measured window and warm-up,
+	// rounds (the workers use ScaleProc and ScaleBatch).
+	ScaleOutSidecars []int         `json:"scaleout_sidecars"`
+	ScaleOutDur      time.Duration `json:"scaleout_duration_ns"`
+	ScaleOutWarm     time.Duration `json:"scaleout_warm_ns"`
+	ScaleOutRounds   int           `json:"scaleout_rounds"`
+	JavaEOSBatch     int           `json:"java_eos_batch"`
+	JavaEOSDur       time.Duration `json:"java_eos_duration_ns"`
+	Pin              bool          `json:"pin"`
+	Quick            bool          `json:"quick"`
+	PacedRate        int           `json:"paced_rate"`
+	PacedDur         time.Duration `json:"paced_duration_ns"`
+	SharetxBin       string        `json:"-"`
+	WorkDir          string        `json:"work_dir"`
+	ProxyLog         string        `json:"-"`
+	Perf             bool          `json:"perf"`
+	Parts            []string      `json:"parts"`
+	Out              io.Writer     `json:"-"`
 }
 
 // quickDefaults are --quick's settings (about 5 minutes on 2 cores).
@@ -88,6 +94,7 @@ var quickDefaults = map[string]string{
 	"records": "100000", "repeat": "2", "java-records": "50000", "latency-duration": "4s",
 	"pipeline-records": "50000", "pipeline-duration": "3s", "batches": "100,1000", "rounds": "2",
 	"scale-duration": "3s", "scale-rounds": "1", "scale-records": "20000",
+	"scaleout-duration": "5s", "scaleout-rounds": "1",
 	"java-eos-duration": "5s", "paced-duration": "8s",
 }
 
@@ -125,6 +132,10 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.ScaleWarm, "scale-warm", 3*time.Second, "warm-up of each scaling run from its first record, not measured (the members' joins and the consumer group's rebalances)")
 	fs.IntVar(&o.ScaleRounds, "scale-rounds", 2, "interleaved rounds of the scaling runs")
 	fs.IntVar(&o.ScaleRecords, "scale-records", 50000, "input records of each scaling topic")
+	scaleOut := fs.String("scaleout-sidecars", "1,2,4,8", "fleet sizes of the scale-out runs (each sidecar a sharetx process with one txn worker, one share group)")
+	fs.DurationVar(&o.ScaleOutDur, "scaleout-duration", 10*time.Second, "measured window of each scale-out run")
+	fs.DurationVar(&o.ScaleOutWarm, "scaleout-warm", 3*time.Second, "warm-up of each scale-out run, from the moment every sidecar staged a call")
+	fs.IntVar(&o.ScaleOutRounds, "scaleout-rounds", 2, "interleaved rounds of the scale-out runs")
 	fs.IntVar(&o.JavaEOSBatch, "java-eos-batch", 1000, "records per transaction of the Java exactly-once comparison")
 	fs.DurationVar(&o.JavaEOSDur, "java-eos-duration", 8*time.Second, "time limit of each Java exactly-once run")
 	fs.BoolVar(&o.Pin, "pin", false, "pin mode: the broker, this process and the clients it starts on all CPUs but the last, the proxy (and the relay) on the last one, for every side alike")
@@ -165,7 +176,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		flag string
 		s    *string
 		to   *[]int
-	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}} {
+	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}, {"scaleout-sidecars", scaleOut, &o.ScaleOutSidecars}} {
 		for _, s := range strings.Split(*l.s, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || n < 1 {
@@ -187,7 +198,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		o.PipelineWorkers = o.Partitions
 	}
 	if o.Records < 1 || o.RecordSize < 1 || o.Repeat < 1 || o.Partitions < 1 || o.LatencyRate < 1 || o.PipelineRecords < 1 || o.PacedRate < 1 ||
-		o.Rounds < 1 || o.PipelineWorkers < 1 || o.ScaleBatch < 1 || o.ScaleRounds < 1 || o.ScaleRecords < 1 || o.JavaEOSBatch < 1 {
+		o.Rounds < 1 || o.PipelineWorkers < 1 || o.ScaleBatch < 1 || o.ScaleRounds < 1 || o.ScaleRecords < 1 || o.JavaEOSBatch < 1 || o.ScaleOutRounds < 1 {
 		fmt.Fprintln(stderr, "bench: counts, sizes and rates must be >= 1")
 		return 2
 	}
@@ -219,12 +230,17 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "bench: --json: %v\n", err)
 				failed = true
 			}
-			png := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".png"
-			if err := writePlotFile(png, "sharetx bench: direct vs proxy, consumer-group EOS vs sharetx txn (each pair on its own axis)", res.plotGroups()); err != nil {
-				fmt.Fprintf(stderr, "bench: plot: %v\n", err)
-				failed = true
+			written := []string{*jsonPath}
+			// A run of sections without bars (--parts scaleout) draws none.
+			if groups := res.plotGroups(); len(groups) > 0 {
+				png := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + ".png"
+				if err := writePlotFile(png, "sharetx bench: direct vs proxy, consumer-group EOS vs sharetx txn (each pair on its own axis)", groups); err != nil {
+					fmt.Fprintf(stderr, "bench: plot: %v\n", err)
+					failed = true
+				} else {
+					written = append(written, png)
+				}
 			}
-			written := []string{*jsonPath, png}
 			if lines := res.scalingLines(); len(lines) > 0 {
 				sp := strings.TrimSuffix(*jsonPath, filepath.Ext(*jsonPath)) + "-scaling.png"
 				title := fmt.Sprintf("exactly-once past the partition count: records/s against workers (%.0f ms of waiting per record, transactions of %d)", float64(o.ScaleProc)/float64(time.Millisecond), o.ScaleBatch)

@@ -116,6 +116,17 @@ type pipelineOpts struct {
 	strict bool
 	// stop, if set, ends the run when it returns true (checked per poll).
 	stop func() bool
+	// workerBS, if set, is where share-group worker w connects:
+	// workerBS[w % len] (one sidecar per worker); otherwise bs.
+	workerBS []string
+}
+
+// bsOf is where worker w connects.
+func (o pipelineOpts) bsOf(w int) string {
+	if len(o.workerBS) > 0 {
+		return o.workerBS[w%len(o.workerBS)]
+	}
+	return o.bs
 }
 
 // pipeRun is what a run's workers share.
@@ -336,7 +347,8 @@ func (p *pipeRun) shareWorker(ctx context.Context, w int) error {
 	if o.strict {
 		copts = append(copts, kgo.ShareMaxRecordsStrict())
 	}
-	consumer, err := newClient(o.bs, copts...)
+	bs := o.bsOf(w)
+	consumer, err := newClient(bs, copts...)
 	if err != nil {
 		return err
 	}
@@ -348,12 +360,12 @@ func (p *pipeRun) shareWorker(ctx context.Context, w int) error {
 	var producer *kgo.Client
 	if transactional {
 		popts = append(popts, kgo.TransactionalID(fmt.Sprintf("bench-%s-%d-w%d-%d", o.group, o.batch, w, time.Now().UnixNano())))
-		txnProducer, err = client.NewProducer(clientOpts(o.bs, popts...))
+		txnProducer, err = client.NewProducer(clientOpts(bs, popts...))
 		if err == nil {
 			producer = txnProducer.Client()
 		}
 	} else {
-		producer, err = newClient(o.bs, popts...)
+		producer, err = newClient(bs, popts...)
 	}
 	if err != nil {
 		return err

@@ -25,7 +25,9 @@ type proxyProc struct {
 
 // startProxy starts bin in front of seeds and waits for "sharetx: ready".
 // Port layout: base = bootstrap, base+1 = metrics, base+2+N = broker N.
-func startProxy(bin string, seeds []string, dir, logLevel string, timeout time.Duration) (*proxyProc, error) {
+// name names the process (its proxy id is bench-<pid>-<name>, its log
+// <name>.log in dir).
+func startProxy(bin string, seeds []string, dir, name, logLevel string, timeout time.Duration) (*proxyProc, error) {
 	base, err := sim.FreePortBlock(16, rand.New(rand.NewSource(time.Now().UnixNano())).Intn)
 	if err != nil {
 		return nil, err
@@ -33,16 +35,16 @@ func startProxy(bin string, seeds []string, dir, logLevel string, timeout time.D
 	pp := &proxyProc{
 		bootstrap: fmt.Sprintf("127.0.0.1:%d", base),
 		metrics:   fmt.Sprintf("127.0.0.1:%d", base+1),
-		logPath:   filepath.Join(dir, "sharetx.log"),
+		logPath:   filepath.Join(dir, name+".log"),
 	}
 	env := append(os.Environ(),
 		"SHARETX_LISTEN_ADVERTISED_HOST=127.0.0.1",
 		"SHARETX_LISTEN_BROKER_PORT_BASE="+strconv.Itoa(base+2),
-		"SHARETX_KIP1289_PROXY_ID=bench-"+strconv.Itoa(os.Getpid()),
+		"SHARETX_KIP1289_PROXY_ID=bench-"+strconv.Itoa(os.Getpid())+"-"+name,
 		"SHARETX_LOG_LEVEL="+logLevel,
 	)
 	args := []string{"--upstream", strings.Join(seeds, ","), "--bootstrap", pp.bootstrap, "--metrics", pp.metrics}
-	if pp.Proc, err = sim.StartSharetx("sharetx", bin, args, env, pp.logPath, time.Now(), timeout); err != nil {
+	if pp.Proc, err = sim.StartSharetx(name, bin, args, env, pp.logPath, time.Now(), timeout); err != nil {
 		return nil, err
 	}
 	return pp, nil

@@ -248,7 +248,9 @@ func computeGoals(r *Results) []goal {
 		addContext(&g, "sharetx_commit_to_applied_seconds over %.0f transactions of the paced pipeline (franz-go's default share consumer settings): p50 %.2f ms", p.CommitAppliedN, p.CommitAppliedP50Ms)
 	}
 	gs = append(gs, g)
-	return gs
+
+	// 8. Scale-out: a sidecar's cost follows its own traffic.
+	return append(gs, scaleOutGoals(r)...)
 }
 
 func f0(x float64) string {
@@ -326,6 +328,7 @@ func WriteTable(w io.Writer, r *Results) {
 		float64(r.ProxyRSSStart)/(1<<20), float64(r.ProxyRSSEnd)/(1<<20), float64(r.ProxyHWM)/(1<<20))
 
 	writePipelineTables(w, r)
+	writeScaleOutTable(w, r)
 	if p := r.Paced; p != nil {
 		fmt.Fprintf(w, "\nlatency pipeline (paced input %d records/s, franz-go default share consumer settings): %d records, %d transactions (%.1f records each)\n",
 			r.Options.PacedRate, p.Records, p.Transactions, p.AvgBatch)

@@ -56,6 +56,8 @@ type Results struct {
 	Pipeline []*pipelineResult `json:"pipeline"`
 	// The scaling runs: workers against partitions, with processing time.
 	Scaling []*pipelineResult `json:"scaling"`
+	// The scale-out runs: N sidecars, a worker each, one share group.
+	ScaleOut []*scaleOutRun `json:"scaleout"`
 	// The Java exactly-once comparison (kafka-clients), every round.
 	JavaEOS []*pipelineResult `json:"java_eos"`
 	// Pinned: what pin mode put where ("" when not pinned).
@@ -76,6 +78,8 @@ type bench struct {
 	t0     time.Time
 	direct string
 	proxy  *proxyProc
+	bin    string     // the sharetx binary
+	dir    string     // the work directory (binary, logs)
 	relay  *relayProc // nil: no relay runs (more than one broker, or it failed to start)
 	admin  *kgo.Client
 	adm    *kadm.Client
@@ -134,6 +138,9 @@ func Run(ctx context.Context, o Options) *Results {
 	if ctx.Err() == nil && o.runs("scaling") {
 		b.scaling(ctx)
 	}
+	if ctx.Err() == nil && o.runs("scaleout") {
+		b.scaleOut(ctx)
+	}
 	if ctx.Err() == nil && o.runs("java-eos") && !o.SkipJava {
 		b.javaEOS(ctx)
 	}
@@ -182,6 +189,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	b.bin, b.dir = bin, dir
 	var err error
 	b.admin, err = newClient(b.direct)
 	if err != nil {
@@ -198,7 +206,7 @@ func (b *bench) setup(ctx context.Context) error {
 		b.res.Pinned = b.pin.String()
 	}
 	b.progress("starting sharetx --upstream %s (log %s)", b.direct, dir+"/sharetx.log")
-	if b.proxy, err = startProxy(bin, b.o.Seeds, dir, o.ProxyLog, time.Minute); err != nil {
+	if b.proxy, err = startProxy(bin, b.o.Seeds, dir, "sharetx", o.ProxyLog, time.Minute); err != nil {
 		return err
 	}
 	b.res.ProxyAddr = b.proxy.bootstrap

@@ -24,7 +24,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // were computed from them), never how fast.
 func TestBenchOnCluster(t *testing.T) {
 	seeds := sim.RealSeeds(t, testing.Short())
-	parts := []string{"pipelines", "scaling", "latency"}
+	parts := []string{"pipelines", "scaling", "scaleout", "latency"}
 	java := sim.JavaMissing() == ""
 	if java {
 		parts = append(parts, "java-eos")
@@ -35,6 +35,7 @@ func TestBenchOnCluster(t *testing.T) {
 		PipelineRecords: 6000, PipelineDur: 2 * time.Second, Batches: []int{1000}, Rounds: 1,
 		ScaleWorkers: []int{1, 8}, ScalePartitions: []int{1}, ScaleBatch: 50, ScaleProc: time.Millisecond,
 		ScaleDur: time.Second, ScaleWarm: time.Second, ScaleRounds: 1, ScaleRecords: 6000,
+		ScaleOutSidecars: []int{1, 2}, ScaleOutDur: 2 * time.Second, ScaleOutWarm: time.Second, ScaleOutRounds: 1,
 		JavaEOSBatch: 1000, JavaEOSDur: 3 * time.Second, PacedRate: 100, PacedDur: 2 * time.Second,
 		LatencyRate: 100, LatencyDur: time.Second, ProxyLog: "info", WorkDir: t.TempDir(), Parts: parts, Out: tWriter{t}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -65,6 +66,21 @@ func TestBenchOnCluster(t *testing.T) {
 	if n := count(res.Scaling, modeTxn) + count(res.Scaling, modeGroupEOS); n != 4 {
 		t.Errorf("scaling: %d runs, want 4", n)
 	}
+	// Scale-out: one run per fleet size, exactly-once, and every sidecar
+	// measured: it staged calls of its own and read the shadow topic.
+	if len(res.ScaleOut) != 2 {
+		t.Errorf("scale-out: %d runs, want 2", len(res.ScaleOut))
+	}
+	for _, r := range res.ScaleOut {
+		if count([]*pipelineResult{r.Pipeline}, modeTxn) != 1 || len(r.PerSidecar) != r.Sidecars {
+			t.Errorf("scale-out %d sidecars: %d sidecars measured, pipeline %+v", r.Sidecars, len(r.PerSidecar), r.Pipeline)
+		}
+		for i, c := range r.PerSidecar {
+			if c.StagedSec <= 0 || c.ShadowRecsSec <= 0 || c.CPUMillicores <= 0 || c.MBSec <= 0 {
+				t.Errorf("scale-out %d sidecars: sidecar %d: %+v", r.Sidecars, i+1, c)
+			}
+		}
+	}
 	if java {
 		if n := count(res.JavaEOS, modeJavaShareEOS) + count(res.JavaEOS, modeJavaGroupEOS); n != 2 {
 			t.Errorf("java-eos: %d runs, want 2", n)
@@ -91,7 +107,8 @@ func TestBenchOnCluster(t *testing.T) {
 	}
 	for _, g := range res.Goals {
 		switch g.Name {
-		case "share_eos_vs_group_eos_at_1000", "share_eos_vs_group_eos_8_workers_1_partition", "share_eos_vs_kafka_txn_at_1000", "txn_share_ack_p99_vs_produce_p99":
+		case "share_eos_vs_group_eos_at_1000", "share_eos_vs_group_eos_8_workers_1_partition", "share_eos_vs_kafka_txn_at_1000", "txn_share_ack_p99_vs_produce_p99",
+			"scaleout_cpu_per_own_MBps_growth", "scaleout_shadow_bytes_per_own_call_growth":
 			if !g.Valid {
 				t.Errorf("goal %s not measured: %s", g.Name, g.Line())
 			}

@@ -99,6 +99,41 @@ func TestGoalsFromRounds(t *testing.T) {
 	if g := find("proxy_throughput_vs_relay_pinned"); g.Valid {
 		t.Fatalf("unpinned pass-through judged: %+v", g)
 	}
+	if g := find("scaleout_shadow_bytes_per_own_call_growth"); g.Valid {
+		t.Fatalf("scale-out judged without scale-out runs: %+v", g)
+	}
+}
+
+// The scale-out goals take, per round, the median sidecar of the largest
+// fleet over the median sidecar of the smallest, then the median over the
+// rounds; each sidecar's figure is normalised by its own traffic.
+func TestScaleOutGoals(t *testing.T) {
+	sc := func(cpu, mbs, staged, shadowBytes float64) sidecarCost {
+		return sidecarCost{CPUMillicores: cpu, MBSec: mbs, StagedSec: staged, ShadowBytesSec: shadowBytes}
+	}
+	r := &Results{ScaleOut: []*scaleOutRun{
+		{Sidecars: 1, Round: 0, PerSidecar: []sidecarCost{sc(20, 5, 5, 1000)}},
+		// median sidecar 10 millicores per MB/s (x1.0), 800 B per call (x4)
+		{Sidecars: 4, Round: 0, PerSidecar: []sidecarCost{sc(40, 5, 5, 4000), sc(50, 5, 5, 4000), sc(60, 5, 5, 4000), sc(30, 3, 5, 4000)}},
+		{Sidecars: 1, Round: 1, PerSidecar: []sidecarCost{sc(20, 4, 4, 800)}},
+		// 12 millicores per MB/s against 5 (x2.4); 800 B per call against 200 (x4)
+		{Sidecars: 4, Round: 1, PerSidecar: []sidecarCost{sc(48, 4, 4, 3200), sc(48, 4, 4, 3200), sc(48, 4, 4, 3200), sc(48, 4, 4, 3200)}},
+	}}
+	gs := scaleOutGoals(r)
+	if len(gs) != 2 {
+		t.Fatalf("%d goals", len(gs))
+	}
+	// round 0: median of 8, 10, 12, 10 = 10 over 4 = 2.5; round 1: 12/5 = 2.4
+	if g := gs[0]; !g.Valid || math.Abs(g.Measured-2.45) > 1e-9 || g.Met || !strings.Contains(g.Context, "at 4 sidecars over at 1") {
+		t.Errorf("cpu: %+v", g)
+	}
+	if g := gs[1]; !g.Valid || math.Abs(g.Measured-4) > 1e-9 || g.Met {
+		t.Errorf("shadow: %+v", g)
+	}
+	// One fleet size only: nothing to compare.
+	if g := scaleOutGoals(&Results{ScaleOut: r.ScaleOut[:1]})[0]; g.Valid {
+		t.Errorf("judged from one fleet size: %+v", g)
+	}
 }
 
 func TestLinePlotDecodes(t *testing.T) {
