@@ -1,5 +1,6 @@
 package io.sharetx.clients;
 
+import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.config.AbstractConfig;
 import org.apache.kafka.common.metrics.Metrics;
@@ -10,12 +11,13 @@ import org.apache.kafka.common.utils.Time;
 import java.lang.reflect.InvocationTargetException;
 
 /**
- * The kafka-clients internals {@link SidecarClient} builds its connections with, reached through
- * reflection where their signatures differ between the supported versions: {@code LogContext}
- * moved from {@code org.apache.kafka.common.utils} (4.2, 4.3) to
+ * The kafka-clients internals the library reaches through reflection. {@link SidecarClient} builds
+ * its connections with some whose signatures differ between the supported versions:
+ * {@code LogContext} moved from {@code org.apache.kafka.common.utils} (4.2, 4.3) to
  * {@code org.apache.kafka.common.utils.internals} (4.4), and {@code ClientUtils.createChannelBuilder}
  * and {@code Selector}'s constructor take it. Everything else the library uses of the network
- * layer has one signature in 4.2 to 4.4.
+ * layer has one signature in 4.2 to 4.4. {@link SharetxProducer} reads its producer id and epoch,
+ * which {@code KafkaProducer} keeps to itself ({@link #producerIdAndEpoch}).
  */
 final class NetworkCompat {
     private NetworkCompat() {
@@ -66,6 +68,73 @@ final class NetworkCompat {
             throw rethrow(e);
         } catch (ReflectiveOperationException e) {
             throw unsupported("Selector's constructor", e);
+        }
+    }
+
+    private static final java.lang.reflect.Field TRANSACTION_MANAGER = declared(KafkaProducer.class, "transactionManager");
+
+    private static java.lang.reflect.Field declared(Class<?> c, String name) {
+        try {
+            java.lang.reflect.Field f = c.getDeclaredField(name);
+            f.setAccessible(true);
+            return f;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    /**
+     * The producer id and epoch {@code producer}'s transaction manager holds now
+     * ({@code KafkaProducer.transactionManager.producerIdAndEpoch}, a field of that name with
+     * {@code producerId} and {@code epoch} in 4.2 to 4.4), or null when they cannot be read or
+     * are not valid yet: the caller then learns nothing and keeps to what needs none of them.
+     */
+    static long[] producerIdAndEpoch(KafkaProducer<?, ?> producer) {
+        if (TRANSACTION_MANAGER == null) {
+            return null;
+        }
+        try {
+            Object tm = TRANSACTION_MANAGER.get(producer);
+            if (tm == null) {
+                return null;
+            }
+            java.lang.reflect.Field f = PRODUCER_ID_AND_EPOCH;
+            if (f == null || f.getDeclaringClass() != tm.getClass()) {
+                f = declared(tm.getClass(), "producerIdAndEpoch");
+                if (f == null) {
+                    return null;
+                }
+                PRODUCER_ID_AND_EPOCH = f;
+            }
+            Object pe = f.get(tm);
+            if (pe == null) {
+                return null;
+            }
+            long id = pe.getClass().getField("producerId").getLong(pe);
+            short epoch = pe.getClass().getField("epoch").getShort(pe);
+            return id >= 0 && epoch >= 0 ? new long[] {id, epoch} : null;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    private static volatile java.lang.reflect.Field PRODUCER_ID_AND_EPOCH;
+
+    private static final java.lang.reflect.Field ACCUMULATOR = declared(KafkaProducer.class, "accumulator");
+
+    /**
+     * Whether {@code producer} has records not yet acknowledged, buffered or in flight
+     * ({@code KafkaProducer.accumulator.hasIncomplete()}); true when that cannot be read.
+     */
+    static boolean hasIncomplete(KafkaProducer<?, ?> producer) {
+        if (ACCUMULATOR == null) {
+            return true;
+        }
+        try {
+            Object acc = ACCUMULATOR.get(producer);
+            return acc == null || (Boolean) acc.getClass().getMethod("hasIncomplete").invoke(acc);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return true;
         }
     }
 

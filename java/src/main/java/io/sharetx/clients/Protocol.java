@@ -57,6 +57,19 @@ final class Protocol {
      */
     static byte[] txnShareAcknowledge(String transactionalId, String groupId, long producerId, short producerEpoch,
                                       String memberId, int memberEpoch, List<AckPartition> partitions) {
+        return txnShareAcknowledge(transactionalId, groupId, producerId, producerEpoch, memberId, memberEpoch, partitions, false);
+    }
+
+    /** The top-level tagged field of sharetx's RideProduce extension (docs/protocol.md). */
+    static final int RIDE_PRODUCE_TAG = 10000;
+
+    /**
+     * TxnShareAcknowledgeRequest v0; with {@code rideProduce} it carries sharetx's RideProduce
+     * extension (tagged field {@value #RIDE_PRODUCE_TAG}, one byte 1): records of the transaction
+     * are being produced, so the sidecar may append the shadow record to their Produce.
+     */
+    static byte[] txnShareAcknowledge(String transactionalId, String groupId, long producerId, short producerEpoch,
+                                      String memberId, int memberEpoch, List<AckPartition> partitions, boolean rideProduce) {
         Map<Uuid, List<AckPartition>> byTopic = new LinkedHashMap<>();
         for (AckPartition p : partitions) {
             byTopic.computeIfAbsent(p.topicId, k -> new ArrayList<>()).add(p);
@@ -83,6 +96,9 @@ final class Protocol {
                 w.noTags();
             }
             w.noTags();
+        }
+        if (rideProduce) {
+            return w.uvarint(1).uvarint(RIDE_PRODUCE_TAG).uvarint(1).int8(1).toByteArray();
         }
         return w.noTags().toByteArray();
     }

@@ -2,9 +2,11 @@ package io.sharetx.clients;
 
 import org.apache.kafka.clients.CommonClientConfigs;
 import org.apache.kafka.clients.consumer.CommitFailedException;
+import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicIdPartition;
@@ -34,6 +36,7 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -104,7 +107,14 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
 
     // The transaction as this class sees it (guarded by lock for writes; read by the overrides).
     private volatile boolean inTransaction;
+    // The transaction's first call made its checks: the touch record, or the producer's own id and
+    // epoch read when outputs of the transaction were sent first (see ids).
     private volatile boolean touched;
+    // Records were handed to send() in this transaction (outputs, or the touch record).
+    private volatile boolean sent;
+    // The producer id and epoch the calls of this transaction name; null: -1/-1 (the sidecar takes
+    // the ones it knows), after a touch record.
+    private volatile long[] ids;
     private volatile KafkaException abortableError;
     private volatile KafkaException fatalError;
     private volatile boolean unresolvedCall;
@@ -180,10 +190,20 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
             long deadline = System.currentTimeMillis() + settings.maxBlockMs;
             try {
                 if (!touched) {
-                    // Is a sidecar there? (ApiVersions on the library's connection.) Before the
-                    // touch, so that a producer connected straight to the cluster writes nothing.
+                    // Is a sidecar there? (ApiVersions on the library's connection, once per
+                    // connection.) Before the touch, so that a producer connected straight to the
+                    // cluster writes nothing.
                     probeSidecar(deadline);
-                    touch(deadline);
+                    // With outputs sent, the transaction ends with EndTxn without a touch record,
+                    // and the producer's own id and epoch fence a zombie: the sidecar refuses an
+                    // older epoch (PRODUCER_FENCED), and a shadow write with an epoch the
+                    // coordinator bumped since fails at the broker, before anything is staged. The
+                    // touch record stays for transactions without outputs (EndTxn) and for a
+                    // kafka-clients whose ids cannot be read (design.md §9.3).
+                    ids = sent ? NetworkCompat.producerIdAndEpoch(this) : null;
+                    if (ids == null) {
+                        touch(deadline);
+                    }
                     touched = true;
                 }
                 stage(acknowledgements, groupMetadata, deadline);
@@ -209,8 +229,19 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         super.beginTransaction();
         inTransaction = true;
         touched = false;
+        sent = false;
+        ids = null;
         abortableError = null;
         unresolvedCall = false;
+    }
+
+    @Override
+    public Future<RecordMetadata> send(ProducerRecord<K, V> record, Callback callback) {
+        Future<RecordMetadata> f = super.send(record, callback);
+        if (inTransaction) {
+            sent = true;
+        }
+        return f;
     }
 
     @Override
@@ -382,9 +413,15 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 continue;
             }
             refresh = false;
+            long[] pe = ids;
+            // Outputs of the transaction not yet acknowledged: the sidecar may append the shadow
+            // record to their Produce, or writes it after the one in flight (design.md §4.4).
+            // Linger beyond 5 ms would leave them unsent past the ride's 10 ms.
+            boolean ride = pe != null && settings.lingerMs <= 5 && NetworkCompat.hasIncomplete(this);
             for (Map.Entry<String, List<Protocol.AckPartition>> e : byLeader.entrySet()) {
-                byte[] body = Protocol.txnShareAcknowledge(settings.transactionalId, md.groupId(), -1L, (short) -1,
-                    md.memberId(), md.memberEpoch(), e.getValue());
+                byte[] body = Protocol.txnShareAcknowledge(settings.transactionalId, md.groupId(),
+                    pe != null ? pe[0] : -1L, pe != null ? (short) pe[1] : (short) -1,
+                    md.memberId(), md.memberEpoch(), e.getValue(), ride);
                 Protocol.AckResponse resp;
                 try {
                     ByteBuffer b = sidecar().request(e.getKey(), settings.apiKey, (short) 0, true, body, deadline);
@@ -570,6 +607,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         int requestTimeoutMs;
         long maxBlockMs;
         long retryBackoffMs;
+        long lingerMs;
 
         static Settings of(Map<String, Object> configs, Serializer<?> key, Serializer<?> value) {
             Objects.requireNonNull(configs, "configs cannot be null");
@@ -599,6 +637,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
             s.requestTimeoutMs = pc.getInt(CommonClientConfigs.REQUEST_TIMEOUT_MS_CONFIG);
             s.maxBlockMs = pc.getLong(ProducerConfig.MAX_BLOCK_MS_CONFIG);
             s.retryBackoffMs = pc.getLong(CommonClientConfigs.RETRY_BACKOFF_MS_CONFIG);
+            s.lingerMs = pc.getLong(ProducerConfig.LINGER_MS_CONFIG);
             if (key == null) {
                 key = pc.getConfiguredInstance(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, Serializer.class);
                 key.configure(pc.originals(), true);

@@ -64,6 +64,10 @@ class WireFormatTest {
             new Protocol.AckPartition(id2(), 1, ShareAcknowledgements.batches(q1)));
         byte[] got = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts);
         assertEquals(GO_REQUEST, HexFormat.of().formatHex(got));
+        // RideProduce: the request's one top-level tagged field instead of none — count 1, tag
+        // 10000 (uvarint 90 4e), length 1, value 1 — as kip1289's TestRideProduceTag lays it out.
+        byte[] ride = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts, true);
+        assertEquals(GO_REQUEST.substring(0, GO_REQUEST.length() - 2) + "01904e0101", HexFormat.of().formatHex(ride));
     }
 
     @Test
