@@ -20,7 +20,7 @@ var recTopic = [16]byte{7}
 
 // testResolver is a Resolver over an empty ledger, with no share sessions
 // (what it applies fails, as for a member gone).
-func testResolver(t *testing.T) (*Resolver, *staging.Ledger) {
+func testResolver(t testing.TB) (*Resolver, *staging.Ledger) {
 	cfg := configs.Default().KIP1289
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())

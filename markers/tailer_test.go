@@ -403,3 +403,31 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 		t.Fatalf("resolved %+v, want only the signed record at 4", got)
 	}
 }
+
+// BenchmarkTailOtherSidecarsCall is what one call staged through another
+// sidecar costs every sidecar that tails the shadow topic (design.md §8.5):
+// its signed shadow record (one partition, 100 offsets) and its COMMIT
+// marker through the matcher, the Resolver and the ledger, as Follow wires
+// them. Fetching is not included; the records are signed beforehand.
+func BenchmarkTailOtherSidecarsCall(b *testing.B) {
+	key := staging.DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
+	r, _ := testResolver(b)
+	m := newMatcher("", func(res Resolution) { r.Resolve(res.Partition, res.Offset, res.Commit) })
+	m.onStaged = func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) }
+	m.key, m.onRejected, m.onRead = key, r.RejectShadow, r.countRead
+	const producers = 64
+	values := make([][]byte, producers)
+	for i := range values {
+		sr := &staging.ShadowRecord{ProxyID: "another-sidecar", TransactionalID: fmt.Sprintf("txn-%d", i), GroupID: "group",
+			MemberID: "member", ProducerID: int64(1000 + i), ProducerEpoch: 3,
+			Topics: []staging.ShadowTopic{{TopicID: recTopic, Partitions: []staging.ShadowPartition{{Partition: int32(i % 3),
+				AcknowledgementBatches: []staging.ShadowBatch{{FirstOffset: int64(100 * i), LastOffset: int64(100*i + 99), AcknowledgeTypes: []int8{1}}}}}}}}
+		values[i] = sr.AppendSigned(nil, key)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		off, pid := int64(2*i), int64(1000+i%producers)
+		m.handle(logRecord{partition: 0, offset: off, producerID: pid, producerEpoch: 3, transactional: true, value: values[i%producers]})
+		m.handle(marker(0, off+1, pid, 3, true))
+	}
+}
