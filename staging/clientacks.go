@@ -90,11 +90,11 @@ func (l *Ledger) FilterClientAcks(group, member string, topic [16]byte, partitio
 	k := partKey{group, topic, partition}
 	ps := l.parts[k]
 	known := l.known[k]
-	if ps == nil && len(known) == 0 {
+	if ps == nil && known.live() == 0 {
 		return batches, 0, nil
 	}
 	plan = &AckPlan{k: k, member: member, topic: topic, part: partition}
-	if ps == nil || (len(ps.offsets) == 0 && len(ps.owed) == 0 && len(known) == 0) {
+	if ps == nil || (len(ps.offsets) == 0 && len(ps.owed) == 0 && known.live() == 0) {
 		plan.settle = batches // nothing held, known or owed: the common case
 		return batches, 0, plan
 	}
@@ -132,7 +132,7 @@ func (l *Ledger) FilterClientAcks(group, member string, topic [16]byte, partitio
 				plan.released = append(plan.released, b.typeAt(o) == 2)
 			}
 			return true
-		case st == nil && knownRangeAt(known, o) != nil:
+		case st == nil && known.at(o) != nil:
 			// Staged or committed in a transaction the proxy learned
 			// from the shadow topic (a killed proxy's, or another
 			// sidecar's): the transaction decides, not this ack.
@@ -199,14 +199,12 @@ func (l *Ledger) FilterClientAcks(group, member string, topic [16]byte, partitio
 // wideHeld is decide over a wide batch: the offsets with state (points) one
 // by one, and the known ranges overlapping it as a whole (less the points
 // that decide keeps).
-func (l *Ledger) wideHeld(b AckRange, known []*knownRange, points []int64, ps *partState, decide func(AckRange, int64) bool) []interval {
+func (l *Ledger) wideHeld(b AckRange, known *knownList, points []int64, ps *partState, decide func(AckRange, int64) bool) []interval {
 	var hold []interval
-	for _, r := range known {
-		if r.last < b.First || r.first > b.Last {
-			continue
-		}
+	known.overlapping(b.First, b.Last, func(r *knownRange) bool {
 		hold = append(hold, interval{max(r.first, b.First), min(r.last, b.Last)})
-	}
+		return true
+	})
 	var keep []int64
 	for _, o := range points {
 		if decide(b, o) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -34,7 +35,9 @@ type knownRange struct {
 	first, last int64
 	types       []int8 // one for the whole range, or one per offset
 	loc         Loc
-	open        bool // the transaction has not ended
+	open        bool   // the transaction has not ended
+	seq         uint64 // the ledger's count of ranges learned when this one was
+	dead        bool   // forgotten; still in its knownList until compacted
 }
 
 func (r *knownRange) typeOf(o int64) int8 {
@@ -47,14 +50,77 @@ func (r *knownRange) typeOf(o int64) int8 {
 	return 1
 }
 
-// knownRangeAt returns the range of rs that offset o lies in, or nil.
-func knownRangeAt(rs []*knownRange, o int64) *knownRange {
-	for _, r := range rs {
-		if o >= r.first && o <= r.last {
-			return r
+// knownList is one share partition's known ranges, sorted by first offset,
+// so that the ranges overlapping an interval are found by binary search and
+// a bounded step back (widest: no range added was wider), not by a scan of
+// everything the fleet staged there (design.md §8.5). A forgotten range is
+// marked dead and compacted away once the dead are half the list, so that
+// forgetting is not a copy of the list either. Where ranges overlap (a
+// record staged again before the abort of an earlier one was read), the
+// one learned first answers, as the list's order did before. The methods
+// take a nil list as an empty one.
+type knownList struct {
+	rs     []*knownRange
+	widest int64
+	dead   int
+}
+
+func (kl *knownList) live() int {
+	if kl == nil {
+		return 0
+	}
+	return len(kl.rs) - kl.dead
+}
+
+func (kl *knownList) add(r *knownRange) {
+	i := sort.Search(len(kl.rs), func(i int) bool { return kl.rs[i].first > r.first })
+	kl.rs = slices.Insert(kl.rs, i, r)
+	kl.widest = max(kl.widest, r.last-r.first)
+}
+
+func (kl *knownList) remove(r *knownRange) {
+	if r.dead {
+		return
+	}
+	r.dead = true
+	kl.dead++
+	if kl.dead > len(kl.rs)/2 {
+		kl.rs = slices.DeleteFunc(kl.rs, func(r *knownRange) bool { return r.dead })
+		kl.dead = 0
+	}
+}
+
+// overlapping calls f with every live range overlapping [a, b], in no
+// particular order, until f returns false.
+func (kl *knownList) overlapping(a, b int64, f func(*knownRange) bool) {
+	if kl == nil {
+		return
+	}
+	i := sort.Search(len(kl.rs), func(i int) bool { return kl.rs[i].first > b })
+	for j := i - 1; j >= 0 && kl.rs[j].first >= a-kl.widest; j-- {
+		if r := kl.rs[j]; !r.dead && r.last >= a && !f(r) {
+			return
 		}
 	}
-	return nil
+}
+
+func (kl *knownList) overlaps(a, b int64) bool {
+	found := false
+	kl.overlapping(a, b, func(*knownRange) bool { found = true; return false })
+	return found
+}
+
+// at returns the range offset o lies in (the one learned first when several
+// do), or nil.
+func (kl *knownList) at(o int64) *knownRange {
+	var first *knownRange
+	kl.overlapping(o, o, func(r *knownRange) bool {
+		if first == nil || r.seq < first.seq {
+			first = r
+		}
+		return true
+	})
+	return first
 }
 
 type knownRef struct {
@@ -98,8 +164,14 @@ func (l *Ledger) learnLocked(loc Loc, rec *ShadowRecord) {
 				if b.FirstOffset > b.LastOffset || (len(b.AcknowledgeTypes) != 1 && int64(len(b.AcknowledgeTypes)) != b.LastOffset-b.FirstOffset+1) {
 					continue
 				}
-				r := &knownRange{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes, loc: loc, open: true}
-				l.known[k] = append(l.known[k], r)
+				l.knownSeq++
+				r := &knownRange{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes, loc: loc, open: true, seq: l.knownSeq}
+				kl := l.known[k]
+				if kl == nil {
+					kl = &knownList{}
+					l.known[k] = kl
+				}
+				kl.add(r)
 				refs = append(refs, knownRef{k, r})
 			}
 		}
@@ -187,17 +259,13 @@ func (l *Ledger) forgetKnownLocked(loc Loc) {
 	}
 	delete(l.knownAt, loc)
 	for _, ref := range refs {
-		list := l.known[ref.part]
-		for i, r := range list {
-			if r == ref.r {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
+		kl := l.known[ref.part]
+		if kl == nil {
+			continue
 		}
-		if len(list) == 0 {
+		kl.remove(ref.r)
+		if kl.live() == 0 {
 			delete(l.known, ref.part)
-		} else {
-			l.known[ref.part] = list
 		}
 	}
 	l.mKnown.Set(float64(len(l.knownAt)))
@@ -219,9 +287,9 @@ func (l *Ledger) Screen(st Fetcher, topic [16]byte, partition int32, recs []kmsg
 	l.mu.Lock()
 	known := l.known[k]
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("screening acquired records", "group", st.Group, "partition", partition, "acquired", fmt.Sprint(recs), "known", len(known), "known_parts", len(l.known))
+		l.log.Debug("screening acquired records", "group", st.Group, "partition", partition, "acquired", fmt.Sprint(recs), "known", known.live(), "known_parts", len(l.known))
 	}
-	if len(known) == 0 {
+	if known.live() == 0 {
 		l.mu.Unlock()
 		return Screened{}
 	}
@@ -231,14 +299,7 @@ func (l *Ledger) Screen(st Fetcher, topic [16]byte, partition int32, recs []kmsg
 	held := map[Loc]*Call{}
 	taken := 0
 	for _, ar := range recs {
-		overlaps := false
-		for _, r := range known {
-			if r.first <= ar.LastOffset && r.last >= ar.FirstOffset {
-				overlaps = true
-				break
-			}
-		}
-		if !overlaps { // the common case: nothing known in this range
+		if !known.overlaps(ar.FirstOffset, ar.LastOffset) { // the common case: nothing known in this range
 			kept = append(kept, ar)
 			continue
 		}
@@ -250,7 +311,7 @@ func (l *Ledger) Screen(st Fetcher, topic [16]byte, partition int32, recs []kmsg
 			}
 		}
 		for o := ar.FirstOffset; o <= ar.LastOffset && o-ar.FirstOffset < 1<<20; o++ {
-			r := knownRangeAt(known, o)
+			r := known.at(o)
 			if r == nil {
 				if cur.FirstOffset < 0 {
 					cur.FirstOffset = o

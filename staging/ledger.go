@@ -35,7 +35,8 @@ type Ledger struct {
 	pending int                          // offsets STAGING..COMMITTED
 
 	// Known from the shadow topic (known.go).
-	known         map[partKey][]*knownRange
+	known         map[partKey]*knownList
+	knownSeq      uint64             // ranges learned so far (knownRange.seq)
 	knownAt       map[Loc][]knownRef // shadow location → its ranges
 	waiting       map[Loc][]*Call    // redelivered records held for an open transaction
 	resolvedLocs  map[Loc]bool       // resolved before read; bounded by resolvedOrder
@@ -56,7 +57,7 @@ func NewLedger(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer,
 	l := &Ledger{cfg: cfg, log: log, applier: applier,
 		members: map[memberKey]memberInfo{}, readers: map[string]map[string]bool{}, txns: map[string]txnInfo{},
 		parts: map[partKey]*partState{}, topics: map[string]map[[16]byte]bool{},
-		known: map[partKey][]*knownRange{}, knownAt: map[Loc][]knownRef{}, waiting: map[Loc][]*Call{}, resolvedLocs: map[Loc]bool{},
+		known: map[partKey]*knownList{}, knownAt: map[Loc][]knownRef{}, waiting: map[Loc][]*Call{}, resolvedLocs: map[Loc]bool{},
 		mPending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",
 			Help: "Records staged by TxnShareAcknowledge and not yet applied upstream (TX_PENDING or committed)."}),
 		mKnown: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_known_records",
