@@ -97,7 +97,7 @@ func TestWidePathMatchesPerOffset(t *testing.T) {
 		}
 		if rng.Intn(2) == 0 {
 			f := rng.Int63n(60)
-			e.addKnown(k, &knownRange{first: f, last: f + rng.Int63n(8), types: []int8{1}, open: true})
+			e.addKnownLocked(k, &knownRange{first: f, last: f + rng.Int63n(8), types: []int8{1}, open: true})
 		}
 		var batches []AckRange
 		for i, n := 0, 1+rng.Intn(3); i < n; i++ {
@@ -157,7 +157,7 @@ func FuzzClientAcks(f *testing.F) {
 		e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 40), time.Minute)
 		e.validateAndReserve(txnReq(topic, 0, ab(3, 6, 1), ab(20, 20, 3)), "")
 		e.parts[k].oweAck(30, "m1", time.Now().Add(time.Minute))
-		e.addKnown(k, &knownRange{first: 100, last: 1 << 30, types: []int8{1}, open: true})
+		e.addKnownLocked(k, &knownRange{first: 100, last: 1 << 30, types: []int8{1}, open: true})
 		var batches []AckRange
 		var total int64
 		for len(data) >= 3 && len(batches) < 16 {

@@ -164,20 +164,26 @@ func (l *Ledger) learnLocked(loc Loc, rec *ShadowRecord) {
 				if b.FirstOffset > b.LastOffset || (len(b.AcknowledgeTypes) != 1 && int64(len(b.AcknowledgeTypes)) != b.LastOffset-b.FirstOffset+1) {
 					continue
 				}
-				l.knownSeq++
-				r := &knownRange{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes, loc: loc, open: true, seq: l.knownSeq}
-				kl := l.known[k]
-				if kl == nil {
-					kl = &knownList{}
-					l.known[k] = kl
-				}
-				kl.add(r)
+				r := &knownRange{first: b.FirstOffset, last: b.LastOffset, types: b.AcknowledgeTypes, loc: loc, open: true}
+				l.addKnownLocked(k, r)
 				refs = append(refs, knownRef{k, r})
 			}
 		}
 	}
 	l.knownAt[loc] = refs
 	l.mKnown.Set(float64(len(l.knownAt)))
+}
+
+// addKnownLocked puts r among k's known ranges, numbered in learning order.
+func (l *Ledger) addKnownLocked(k partKey, r *knownRange) {
+	kl := l.known[k]
+	if kl == nil {
+		kl = &knownList{}
+		l.known[k] = kl
+	}
+	l.knownSeq++
+	r.seq = l.knownSeq
+	kl.add(r)
 }
 
 // ResolveKnown applies a transaction's end to the known ranges of the

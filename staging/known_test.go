@@ -71,18 +71,6 @@ func TestKnownListAsAScan(t *testing.T) {
 	}
 }
 
-// addKnown puts r among k's known ranges, as learning a record does.
-func (l *Ledger) addKnown(k partKey, r *knownRange) {
-	kl := l.known[k]
-	if kl == nil {
-		kl = &knownList{}
-		l.known[k] = kl
-	}
-	l.knownSeq++
-	r.seq = l.knownSeq
-	kl.add(r)
-}
-
 // knownLedger is a ledger that learned n committed shadow records of
 // another sidecar, 100 offsets each, in one share partition of group g: what
 // a sidecar of a large fleet keeps between two prunes (design.md §8.5).

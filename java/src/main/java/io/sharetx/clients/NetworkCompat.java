@@ -71,13 +71,32 @@ final class NetworkCompat {
         }
     }
 
+    // KafkaProducer.transactionManager.producerIdAndEpoch.{producerId, epoch} and
+    // KafkaProducer.accumulator.hasIncomplete(), resolved once; null where this kafka-clients lacks
+    // them (the callers then fall back to what needs none of them).
     private static final java.lang.reflect.Field TRANSACTION_MANAGER = declared(KafkaProducer.class, "transactionManager");
+    private static final java.lang.reflect.Field PRODUCER_ID_AND_EPOCH =
+        TRANSACTION_MANAGER == null ? null : declared(TRANSACTION_MANAGER.getType(), "producerIdAndEpoch");
+    private static final java.lang.reflect.Field PRODUCER_ID =
+        PRODUCER_ID_AND_EPOCH == null ? null : declared(PRODUCER_ID_AND_EPOCH.getType(), "producerId");
+    private static final java.lang.reflect.Field EPOCH =
+        PRODUCER_ID_AND_EPOCH == null ? null : declared(PRODUCER_ID_AND_EPOCH.getType(), "epoch");
+    private static final java.lang.reflect.Field ACCUMULATOR = declared(KafkaProducer.class, "accumulator");
+    private static final java.lang.reflect.Method HAS_INCOMPLETE = ACCUMULATOR == null ? null : method(ACCUMULATOR.getType(), "hasIncomplete");
 
     private static java.lang.reflect.Field declared(Class<?> c, String name) {
         try {
             java.lang.reflect.Field f = c.getDeclaredField(name);
             f.setAccessible(true);
             return f;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    private static java.lang.reflect.Method method(Class<?> c, String name) {
+        try {
+            return c.getMethod(name);
         } catch (ReflectiveOperationException | RuntimeException e) {
             return null;
         }
@@ -90,49 +109,34 @@ final class NetworkCompat {
      * are not valid yet: the caller then learns nothing and keeps to what needs none of them.
      */
     static long[] producerIdAndEpoch(KafkaProducer<?, ?> producer) {
-        if (TRANSACTION_MANAGER == null) {
+        if (PRODUCER_ID == null || EPOCH == null) {
             return null;
         }
         try {
             Object tm = TRANSACTION_MANAGER.get(producer);
-            if (tm == null) {
-                return null;
-            }
-            java.lang.reflect.Field f = PRODUCER_ID_AND_EPOCH;
-            if (f == null || f.getDeclaringClass() != tm.getClass()) {
-                f = declared(tm.getClass(), "producerIdAndEpoch");
-                if (f == null) {
-                    return null;
-                }
-                PRODUCER_ID_AND_EPOCH = f;
-            }
-            Object pe = f.get(tm);
+            Object pe = tm == null ? null : PRODUCER_ID_AND_EPOCH.get(tm);
             if (pe == null) {
                 return null;
             }
-            long id = pe.getClass().getField("producerId").getLong(pe);
-            short epoch = pe.getClass().getField("epoch").getShort(pe);
+            long id = PRODUCER_ID.getLong(pe);
+            short epoch = EPOCH.getShort(pe);
             return id >= 0 && epoch >= 0 ? new long[] {id, epoch} : null;
         } catch (ReflectiveOperationException | RuntimeException e) {
             return null;
         }
     }
 
-    private static volatile java.lang.reflect.Field PRODUCER_ID_AND_EPOCH;
-
-    private static final java.lang.reflect.Field ACCUMULATOR = declared(KafkaProducer.class, "accumulator");
-
     /**
      * Whether {@code producer} has records not yet acknowledged, buffered or in flight
      * ({@code KafkaProducer.accumulator.hasIncomplete()}); true when that cannot be read.
      */
     static boolean hasIncomplete(KafkaProducer<?, ?> producer) {
-        if (ACCUMULATOR == null) {
+        if (HAS_INCOMPLETE == null) {
             return true;
         }
         try {
             Object acc = ACCUMULATOR.get(producer);
-            return acc == null || (Boolean) acc.getClass().getMethod("hasIncomplete").invoke(acc);
+            return acc == null || (Boolean) HAS_INCOMPLETE.invoke(acc);
         } catch (ReflectiveOperationException | RuntimeException e) {
             return true;
         }
