@@ -162,3 +162,6 @@ func parseEosResult(out string) (javaEOSResult, error) {
 	}
 	return r, fmt.Errorf("no RESULT line")
 }
+
+// javaCommitP99 is a Java run's commitTransaction p99.
+func javaCommitP99(p *pipelineResult) float64 { return p.Budget["commitTransaction"].P99Ms }

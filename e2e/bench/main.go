@@ -75,7 +75,7 @@ type Options struct {
 	ScaleOutDur      time.Duration `json:"scaleout_duration_ns"`
 	ScaleOutWarm     time.Duration `json:"scaleout_warm_ns"`
 	ScaleOutRounds   int           `json:"scaleout_rounds"`
-	JavaEOSBatch     int           `json:"java_eos_batch"`
+	JavaEOSBatches   []int         `json:"java_eos_batches"`
 	JavaEOSDur       time.Duration `json:"java_eos_duration_ns"`
 	Pin              bool          `json:"pin"`
 	Quick            bool          `json:"quick"`
@@ -136,7 +136,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.ScaleOutDur, "scaleout-duration", 10*time.Second, "measured window of each scale-out run")
 	fs.DurationVar(&o.ScaleOutWarm, "scaleout-warm", 3*time.Second, "warm-up of each scale-out run, from the moment every sidecar staged a call")
 	fs.IntVar(&o.ScaleOutRounds, "scaleout-rounds", 2, "interleaved rounds of the scale-out runs")
-	fs.IntVar(&o.JavaEOSBatch, "java-eos-batch", 1000, "records per transaction of the Java exactly-once comparison")
+	javaBatches := fs.String("java-eos-batches", "100,1000", "records per transaction of the Java exactly-once comparison")
 	fs.DurationVar(&o.JavaEOSDur, "java-eos-duration", 8*time.Second, "time limit of each Java exactly-once run")
 	fs.BoolVar(&o.Pin, "pin", false, "pin mode: the broker, this process and the clients it starts on all CPUs but the last, the proxy (and the relay) on the last one, for every side alike")
 	fs.IntVar(&o.PacedRate, "paced-rate", 200, "records/s fed to the latency pipeline (the consumer is caught up: long-poll ShareFetch in flight)")
@@ -176,7 +176,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		flag string
 		s    *string
 		to   *[]int
-	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}, {"scaleout-sidecars", scaleOut, &o.ScaleOutSidecars}} {
+	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}, {"scaleout-sidecars", scaleOut, &o.ScaleOutSidecars}, {"java-eos-batches", javaBatches, &o.JavaEOSBatches}} {
 		for _, s := range strings.Split(*l.s, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || n < 1 {
@@ -198,7 +198,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		o.PipelineWorkers = o.Partitions
 	}
 	if o.Records < 1 || o.RecordSize < 1 || o.Repeat < 1 || o.Partitions < 1 || o.LatencyRate < 1 || o.PipelineRecords < 1 || o.PacedRate < 1 ||
-		o.Rounds < 1 || o.PipelineWorkers < 1 || o.ScaleBatch < 1 || o.ScaleRounds < 1 || o.ScaleRecords < 1 || o.JavaEOSBatch < 1 || o.ScaleOutRounds < 1 {
+		o.Rounds < 1 || o.PipelineWorkers < 1 || o.ScaleBatch < 1 || o.ScaleRounds < 1 || o.ScaleRecords < 1 || o.ScaleOutRounds < 1 {
 		fmt.Fprintln(stderr, "bench: counts, sizes and rates must be >= 1")
 		return 2
 	}

@@ -82,14 +82,18 @@ func writePipelineTables(w io.Writer, r *Results) {
 		fmt.Fprintln(w, "(consumer-group EOS can use one worker per partition; share-group EOS through sharetx all of them. The plot is bench-scaling.png)")
 	}
 	if len(r.JavaEOS) > 0 {
-		fmt.Fprintf(w, "\njava (kafka-clients), transactions of %d, one JVM each on %d partitions, medians [min–max] of %d round(s)\n", r.Options.JavaEOSBatch, r.Options.Partitions, r.Options.Rounds)
+		fmt.Fprintf(w, "\njava (kafka-clients), one JVM each on %d partitions, medians [min–max] of %d round(s)\n", r.Options.Partitions, r.Options.Rounds)
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "records/s\tKafkaShareConsumer + SharetxProducer (sharetx)\tKafkaConsumer + sendOffsetsToTransaction (direct)\tsharetx / group EOS\texactly-once checks\t")
-		ks, kg := runKey{Mode: modeJavaShareEOS}, runKey{Mode: modeJavaGroupEOS}
-		fmt.Fprintf(tw, "transactions of %d\t%s\t%s\t%s\t%s\t\n", r.Options.JavaEOSBatch, rateSpread(r.JavaEOS, ks).format(f0), rateSpread(r.JavaEOS, kg).format(f0),
-			ratioSpread(r.JavaEOS, ks, kg).format(pct0), eosChecked(r.JavaEOS, func(*pipelineResult) bool { return true }))
+		fmt.Fprintln(tw, "records/s\tKafkaShareConsumer + SharetxProducer (sharetx)\tKafkaConsumer + sendOffsetsToTransaction (direct)\tsharetx / group EOS\trecords/txn, sharetx / group EOS\tcommit p99 ms, sharetx / group EOS\texactly-once checks\t")
+		for _, batch := range r.Options.JavaEOSBatches {
+			ks, kg := runKey{Mode: modeJavaShareEOS, Batch: batch}, runKey{Mode: modeJavaGroupEOS, Batch: batch}
+			avg := func(p *pipelineResult) float64 { return p.AvgBatch }
+			fmt.Fprintf(tw, "transactions of %d\t%s\t%s\t%s\t%s / %s\t%s / %s\t%s\t\n", batch, rateSpread(r.JavaEOS, ks).format(f0), rateSpread(r.JavaEOS, kg).format(f0),
+				ratioSpread(r.JavaEOS, ks, kg).format(pct0), f1(fieldSpread(r.JavaEOS, ks, avg).Median), f1(fieldSpread(r.JavaEOS, kg, avg).Median), f2(fieldSpread(r.JavaEOS, ks, javaCommitP99).Median), f2(fieldSpread(r.JavaEOS, kg, javaCommitP99).Median),
+				eosChecked(r.JavaEOS, func(x *pipelineResult) bool { return x.Batch == batch }))
+		}
 		tw.Flush()
-		writeBudget(w, r.JavaEOS, []int{r.Options.JavaEOSBatch}, []string{modeJavaGroupEOS, modeJavaShareEOS})
+		writeBudget(w, r.JavaEOS, r.Options.JavaEOSBatches, []string{modeJavaGroupEOS, modeJavaShareEOS})
 	}
 }
 

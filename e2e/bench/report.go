@@ -120,24 +120,25 @@ func computeGoals(r *Results) []goal {
 	// 1b. Java: KafkaShareConsumer + SharetxProducer through sharetx
 	// against KafkaConsumer + sendOffsetsToTransaction, and its commit
 	// p99 against the consumer group's.
-	js, jg := runKey{Mode: modeJavaShareEOS}, runKey{Mode: modeJavaGroupEOS}
-	s = ratioSpread(r.JavaEOS, js, jg)
-	g = mkGoal(fmt.Sprintf("java_share_eos_vs_group_eos_at_%d", r.Options.JavaEOSBatch), s.Median*100, 100, "%", true, "no Java exactly-once rounds of both modes")
-	if s.N > 0 {
-		addContext(&g, "median of %d rounds of KafkaShareConsumer + SharetxProducer (through sharetx) / KafkaConsumer + sendOffsetsToTransaction (direct), one JVM each: %s; records/s %s against %s",
-			s.N, s.format(pct0), rateSpread(r.JavaEOS, js).format(f0), rateSpread(r.JavaEOS, jg).format(f0))
-		judged(&g, s, 100)
+	for _, batch := range r.Options.JavaEOSBatches {
+		js, jg := runKey{Mode: modeJavaShareEOS, Batch: batch}, runKey{Mode: modeJavaGroupEOS, Batch: batch}
+		s = ratioSpread(r.JavaEOS, js, jg)
+		g = mkGoal(fmt.Sprintf("java_share_eos_vs_group_eos_at_%d", batch), s.Median*100, 100, "%", true, "no Java exactly-once rounds of both modes")
+		if s.N > 0 {
+			addContext(&g, "median of %d rounds of KafkaShareConsumer + SharetxProducer (through sharetx) / KafkaConsumer + sendOffsetsToTransaction (direct), one JVM each, transactions of %d: %s; records/s %s against %s",
+				s.N, batch, s.format(pct0), rateSpread(r.JavaEOS, js).format(f0), rateSpread(r.JavaEOS, jg).format(f0))
+			judged(&g, s, 100)
+		}
+		gs = append(gs, g)
+		s = ratioSpread2(r.JavaEOS, js, jg, javaCommitP99)
+		g = mkGoal(fmt.Sprintf("java_commit_p99_vs_group_eos_at_%d", batch), s.Median, 1.2, "x", false, "no Java exactly-once rounds of both modes")
+		if s.N > 0 {
+			addContext(&g, "commitTransaction p99, transactions of %d, median of %d rounds: %s ms through sharetx against %s ms for the consumer group; ratio %s",
+				batch, s.N, f2(fieldSpread(r.JavaEOS, js, javaCommitP99).Median), f2(fieldSpread(r.JavaEOS, jg, javaCommitP99).Median), s.format(times1))
+			judged(&g, s, 1)
+		}
+		gs = append(gs, g)
 	}
-	gs = append(gs, g)
-	commitP99 := func(p *pipelineResult) float64 { return p.Budget["commitTransaction"].P99Ms }
-	s = ratioSpread2(r.JavaEOS, js, jg, commitP99)
-	g = mkGoal("java_commit_p99_vs_group_eos", s.Median, 1.2, "x", false, "no Java exactly-once rounds of both modes")
-	if s.N > 0 {
-		addContext(&g, "commitTransaction p99, median of %d rounds: %s ms through sharetx against %s ms for the consumer group; ratio %s",
-			s.N, f2(fieldSpread(r.JavaEOS, js, commitP99).Median), f2(fieldSpread(r.JavaEOS, jg, commitP99).Median), s.format(times1))
-		judged(&g, s, 1)
-	}
-	gs = append(gs, g)
 
 	// 2. Past the partition count: 8 workers on 1 partition.
 	s = ratioSpread(r.Scaling, runKey{Mode: modeTxn, Workers: 8, Par: 1}, runKey{Mode: modeGroupEOS, Workers: 8, Par: 1})

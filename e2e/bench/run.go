@@ -603,25 +603,27 @@ func (b *bench) javaEOS(ctx context.Context) {
 		b.fail("pipeline input", err)
 		return
 	}
-	b.progress("java exactly-once: %d round(s) of KafkaShareConsumer + SharetxProducer (through sharetx) and KafkaConsumer + sendOffsetsToTransaction (direct), transactions of %d, one JVM each, up to %d records or %s",
-		o.Rounds, o.JavaEOSBatch, o.PipelineRecords, o.JavaEOSDur)
+	b.progress("java exactly-once: %d round(s) of KafkaShareConsumer + SharetxProducer (through sharetx) and KafkaConsumer + sendOffsetsToTransaction (direct), transactions of %v, one JVM each, up to %d records or %s",
+		o.Rounds, o.JavaEOSBatches, o.PipelineRecords, o.JavaEOSDur)
 	for round := 0; round < o.Rounds; round++ {
-		for _, mode := range rotated([]string{modeJavaShareEOS, modeJavaGroupEOS}, round) {
-			if ctx.Err() != nil {
-				return
+		for _, batch := range o.JavaEOSBatches {
+			for _, mode := range rotated([]string{modeJavaShareEOS, modeJavaGroupEOS}, round) {
+				if ctx.Err() != nil {
+					return
+				}
+				r, err := b.javaRun(ctx, mode, in, batch, round)
+				if err != nil {
+					b.fail(fmt.Sprintf("java %s batch %d round %d", mode, batch, round+1), err)
+					continue
+				}
+				b.res.JavaEOS = append(b.res.JavaEOS, r)
+				b.progress("java round %d: %s", round+1, describeRun(r))
 			}
-			r, err := b.javaRun(ctx, mode, in, round)
-			if err != nil {
-				b.fail(fmt.Sprintf("java %s round %d", mode, round+1), err)
-				continue
-			}
-			b.res.JavaEOS = append(b.res.JavaEOS, r)
-			b.progress("java round %d: %s", round+1, describeRun(r))
 		}
 	}
 }
 
-func (b *bench) javaRun(ctx context.Context, mode, in string, round int) (*pipelineResult, error) {
+func (b *bench) javaRun(ctx context.Context, mode, in string, batch, round int) (*pipelineResult, error) {
 	n, out, err := b.runOutput(ctx)
 	if err != nil {
 		return nil, err
@@ -629,7 +631,7 @@ func (b *bench) javaRun(ctx context.Context, mode, in string, round int) (*pipel
 	defer b.dropTopic(out)
 	jo := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: out,
 		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
-		Batch: b.o.JavaEOSBatch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.JavaEOSDur}
+		Batch: batch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.JavaEOSDur}
 	if mode == modeJavaGroupEOS {
 		jo.Mode, jo.Bootstrap = "group", b.direct
 	} else if err := shareFromEarliest(ctx, b.admin, jo.Group); err != nil {

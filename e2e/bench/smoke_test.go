@@ -36,7 +36,7 @@ func TestBenchOnCluster(t *testing.T) {
 		ScaleWorkers: []int{1, 8}, ScalePartitions: []int{1}, ScaleBatch: 50, ScaleProc: time.Millisecond,
 		ScaleDur: time.Second, ScaleWarm: time.Second, ScaleRounds: 1, ScaleRecords: 6000,
 		ScaleOutSidecars: []int{1, 2}, ScaleOutDur: 2 * time.Second, ScaleOutWarm: time.Second, ScaleOutRounds: 1,
-		JavaEOSBatch: 1000, JavaEOSDur: 3 * time.Second, PacedRate: 100, PacedDur: 2 * time.Second,
+		JavaEOSBatches: []int{1000}, JavaEOSDur: 3 * time.Second, PacedRate: 100, PacedDur: 2 * time.Second,
 		LatencyRate: 100, LatencyDur: time.Second, ProxyLog: "info", WorkDir: t.TempDir(), Parts: parts, Out: tWriter{t}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -112,7 +112,7 @@ func TestBenchOnCluster(t *testing.T) {
 			if !g.Valid {
 				t.Errorf("goal %s not measured: %s", g.Name, g.Line())
 			}
-		case "java_share_eos_vs_group_eos_at_1000", "java_commit_p99_vs_group_eos":
+		case "java_share_eos_vs_group_eos_at_1000", "java_commit_p99_vs_group_eos_at_1000":
 			if !java {
 				break
 			}

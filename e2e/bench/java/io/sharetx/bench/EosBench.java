@@ -201,6 +201,9 @@ public final class EosBench {
     /** Share-group exactly-once through sharetx. */
     static Result share(Map<String, String> o) {
         Settings s = Settings.of(o);
+        // A hard limit, like max.poll.records of the KafkaConsumer it is compared with: the default
+        // (batch_optimized) returns whole acquired batches, several times --batch records at 100.
+        s.consumer().put("share.acquire.mode", "record_limit");
         Result r = new Result();
         KafkaShareConsumer<byte[], byte[]> consumer = ShareTransactions.newShareConsumer(s.consumer(), new ByteArrayDeserializer(), new ByteArrayDeserializer());
         SharetxProducer<byte[], byte[]> producer = new SharetxProducer<>(producerConfig(o), new ByteArraySerializer(), new ByteArraySerializer());
