@@ -414,17 +414,18 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
             }
             refresh = false;
             long[] pe = ids;
-            // Outputs of the transaction not yet acknowledged: the sidecar may append the shadow
-            // record to their Produce, or writes it after the one in flight (design.md §4.4).
-            // Linger beyond 5 ms would leave them unsent past the ride's 10 ms.
-            boolean ride = pe != null && settings.lingerMs <= 5 && NetworkCompat.hasIncomplete(this);
             for (Map.Entry<String, List<Protocol.AckPartition>> e : byLeader.entrySet()) {
+                // Outputs of the transaction not yet acknowledged: the sidecar may append the shadow
+                // record to their Produce, or writes it after the one in flight (design.md §4.4).
+                // Once the call is written the outputs are flushed, so that their Produce leaves at
+                // once instead of after linger.ms, and the call's answer (their Produce's) with it.
+                boolean ride = pe != null && NetworkCompat.hasIncomplete(this);
                 byte[] body = Protocol.txnShareAcknowledge(settings.transactionalId, md.groupId(),
                     pe != null ? pe[0] : -1L, pe != null ? (short) pe[1] : (short) -1,
                     md.memberId(), md.memberEpoch(), e.getValue(), ride);
                 Protocol.AckResponse resp;
                 try {
-                    ByteBuffer b = sidecar().request(e.getKey(), settings.apiKey, (short) 0, true, body, deadline);
+                    ByteBuffer b = sidecar().request(e.getKey(), settings.apiKey, (short) 0, true, body, deadline, ride ? this::flush : null);
                     resp = Protocol.parseTxnShareAcknowledge(b);
                 } catch (IOException ex) {
                     // A lost answer is safe to retry: the sidecar answers a repeated call of the
@@ -607,7 +608,6 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         int requestTimeoutMs;
         long maxBlockMs;
         long retryBackoffMs;
-        long lingerMs;
 
         static Settings of(Map<String, Object> configs, Serializer<?> key, Serializer<?> value) {
             Objects.requireNonNull(configs, "configs cannot be null");
@@ -637,7 +637,6 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
             s.requestTimeoutMs = pc.getInt(CommonClientConfigs.REQUEST_TIMEOUT_MS_CONFIG);
             s.maxBlockMs = pc.getLong(ProducerConfig.MAX_BLOCK_MS_CONFIG);
             s.retryBackoffMs = pc.getLong(CommonClientConfigs.RETRY_BACKOFF_MS_CONFIG);
-            s.lingerMs = pc.getLong(ProducerConfig.LINGER_MS_CONFIG);
             if (key == null) {
                 key = pc.getConfiguredInstance(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, Serializer.class);
                 key.configure(pc.originals(), true);

@@ -69,9 +69,19 @@ final class SidecarClient implements Closeable {
     /** Sends one request to {@code address} and returns the response body (after its header). */
     ByteBuffer request(String address, short key, short version, boolean flexible, byte[] body, long deadlineMs)
         throws IOException {
+        return request(address, key, version, flexible, body, deadlineMs, null);
+    }
+
+    /**
+     * {@link #request}, running {@code written} once the request has left for the socket and before
+     * its answer is read (a call that rides the outputs' Produce starts their flush there:
+     * docs/design.md §4.4).
+     */
+    ByteBuffer request(String address, short key, short version, boolean flexible, byte[] body, long deadlineMs, Runnable written)
+        throws IOException {
         conn(address, deadlineMs);
         try {
-            return roundTrip(address, key, version, flexible, body, deadlineMs);
+            return roundTrip(address, key, version, flexible, body, deadlineMs, written);
         } catch (IOException | RuntimeException e) {
             log.debug("[sharetx clientId={}] closing the connection to {} after a failed request: {}", clientId, address, e.toString());
             close(address);
@@ -113,7 +123,7 @@ final class SidecarClient implements Closeable {
             }
             open.add(address);
             // ApiVersions first, as the Java clients do: it tells whether a sidecar serves the key.
-            ByteBuffer b = roundTrip(address, Protocol.API_VERSIONS, (short) 0, false, new byte[0], deadlineMs);
+            ByteBuffer b = roundTrip(address, Protocol.API_VERSIONS, (short) 0, false, new byte[0], deadlineMs, null);
             short[] err = new short[1];
             Map<Short, short[]> keys = Protocol.parseApiVersionsV0(b, err);
             if (err[0] != 0) {
@@ -132,15 +142,24 @@ final class SidecarClient implements Closeable {
             clientId, address, securityProtocol, apiKey);
     }
 
-    private ByteBuffer roundTrip(String address, short key, short version, boolean flexible, byte[] body, long deadlineMs)
-        throws IOException {
+    private ByteBuffer roundTrip(String address, short key, short version, boolean flexible, byte[] body, long deadlineMs,
+                                 Runnable written) throws IOException {
         int corr = correlation++;
         byte[] frame = Protocol.frame(key, version, corr, clientId, flexible, body);
         Selector s = selector();
         s.send(new NetworkSend(address, ByteBufferSend.sizePrefixed(ByteBuffer.wrap(frame))));
         long until = Math.min(deadlineMs, System.currentTimeMillis() + requestTimeoutMs);
+        boolean sent = written == null;
         while (true) {
             s.poll(pollFor(until));
+            if (!sent) {
+                for (NetworkSend ns : s.completedSends()) {
+                    sent |= ns.destinationId().equals(address);
+                }
+                if (sent) {
+                    written.run(); // the receives this poll completed are read below, after it
+                }
+            }
             for (NetworkReceive r : s.completedReceives()) {
                 if (!r.source().equals(address)) {
                     continue; // one request at a time: nothing else is outstanding

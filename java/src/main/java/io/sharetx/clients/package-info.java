@@ -29,9 +29,10 @@
  * v2), one request per leader. The producer's id and epoch are not visible through the stock API.
  * When the transaction's outputs were sent before the call, the library reads them from
  * kafka-clients' transaction manager (by reflection, {@code NetworkCompat.producerIdAndEpoch}) and
- * names them, and it sets sharetx's RideProduce extension while outputs are unacknowledged (and
- * {@code linger.ms} is at most 5), so the sidecar appends the shadow record to their Produce or
- * writes it after the one in flight. Otherwise it sends ProducerId/ProducerEpoch -1/-1: the
+ * names them, and it sets sharetx's RideProduce extension while outputs are unacknowledged and
+ * flushes them as soon as the call is written (their Produce leaves at once, not after
+ * {@code linger.ms}), so the sidecar appends the shadow record to their Produce or writes it after
+ * the one in flight. Otherwise it sends ProducerId/ProducerEpoch -1/-1: the
  * sidecar's extension for "the ones this sidecar saw for the transactional id" (InitProducerId,
  * EndTxn, transactional produce all pass through it). The member is "" / -1 unless the application
  * names it: "the member that acquired the offsets".
