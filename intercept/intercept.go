@@ -278,6 +278,9 @@ type Feature interface {
 	// CheckUpstream fails when the cluster's ApiVersions conflict with the
 	// feature (it uses the served key itself).
 	CheckUpstream(resp *kmsg.ApiVersionsResponse) error
+	// Start starts the feature's own work once the cluster answers; a
+	// failed Start is retried.
+	Start(ctx context.Context, env StartEnv) error
 	// Recovered reports whether the feature is ready to serve.
 	Recovered() bool
 	// Close stops its background work.

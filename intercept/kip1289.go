@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,8 @@ import (
 //     and every request the proxy sends on them;
 //   - identities: who each connection is (identity.go).
 //
-// All of them are built by NewKIP1289; Start adds the Stager.
+// All of them are built by NewKIP1289; Start (startup.go) adds the Stager
+// and the shadow topic's markers.Tailer.
 type KIP1289 struct {
 	cfg         configs.KIP1289
 	key         int16
@@ -48,6 +50,10 @@ type KIP1289 struct {
 	resolver *markers.Resolver
 	side     upstream.SideChannel           // the proxy's own connection (touch.go relays on it)
 	stager   atomic.Pointer[staging.Stager] // nil until Start
+	reg      prometheus.Registerer          // nil: metrics not registered
+
+	tailMu sync.Mutex
+	tailer *markers.Tailer // the shadow topic's, from Start until Close
 
 	ctx      context.Context // ends with Close
 	cancel   context.CancelFunc
@@ -64,7 +70,9 @@ type KIP1289 struct {
 	mFailures    *prometheus.CounterVec
 }
 
-// NewKIP1289 builds the feature from its configuration: side is the proxy's
+// NewKIP1289 builds the feature from its configuration (validated:
+// configs.Load, or configs.Default changed; its limits have no other
+// default): side is the proxy's
 // own connection to the brokers, requireAuth says the upstream listener
 // requires SASL (a TxnShareAcknowledge on a connection that did not
 // authenticate closes it, as the broker closes one that sends requests
@@ -73,16 +81,6 @@ type KIP1289 struct {
 // answered COORDINATOR_NOT_AVAILABLE (retriable) until Start, for at most
 // kip1289.not_ready_retry_for; TRANSACTION_ABORTABLE after that.
 func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, side upstream.SideChannel, requireAuth bool) *KIP1289 {
-	def := configs.Default().KIP1289
-	if cfg.MaxOffsetsPerCall <= 0 {
-		cfg.MaxOffsetsPerCall = def.MaxOffsetsPerCall
-	}
-	if cfg.MaxPartitionsPerCall <= 0 {
-		cfg.MaxPartitionsPerCall = def.MaxPartitionsPerCall
-	}
-	if cfg.NotReadyRetryFor <= 0 {
-		cfg.NotReadyRetryFor = def.NotReadyRetryFor
-	}
 	id := cfg.ProxyID
 	if id == "" {
 		host, _ := os.Hostname()
@@ -94,8 +92,8 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 	ledger := staging.NewLedger(cfg, log, reg, applier)
 	e := &KIP1289{
 		cfg: cfg, key: int16(cfg.APIKey), log: log, proxyID: id, requireAuth: requireAuth,
-		ledger: ledger, sessions: sessions, applier: applier, side: side,
-		resolver: markers.NewResolver(ctx, ledger, applier, cfg.MaxOffsetsPerCall, cfg.MaxPartitionsPerCall, log, reg),
+		ledger: ledger, sessions: sessions, applier: applier, side: side, reg: reg,
+		resolver: markers.NewResolver(ctx, ledger, applier, log, reg),
 		ctx:      ctx, cancel: cancel, built: time.Now(),
 		mCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "txn_share_acknowledge_total",
 			Help: "TxnShareAcknowledge calls, by result (ok or the Kafka error name)."}, []string{"result"}),
@@ -118,10 +116,10 @@ func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 	return e
 }
 
-// Start serves TxnShareAcknowledge: the shadow topic is ready (written with
-// w, partitions partitions) and was read back; barrier returns once it is
-// read to its current end (markers.Resolver.Recovered). Once only.
-func (e *KIP1289) Start(w staging.ShadowWriter, partitions int32, barrier func(ctx context.Context) error) {
+// install serves TxnShareAcknowledge: the shadow topic is ready (written
+// with w, partitions partitions) and was read back; barrier returns once it
+// is read to its current end (markers.Resolver.Recovered). Once only.
+func (e *KIP1289) install(w staging.ShadowWriter, partitions int32, barrier func(ctx context.Context) error) {
 	s := staging.NewStager(e.ledger, w, partitions, e.proxyID, e.log)
 	s.SetInFlight(e.produces.idleOf)
 	s.SetOnWriteFailure(func() { e.mFailures.WithLabelValues("shadow_write").Inc() })
@@ -135,10 +133,6 @@ func (e *KIP1289) Resolver() *markers.Resolver { return e.resolver }
 // Recovered reports whether the shadow topic was read back (Start).
 func (e *KIP1289) Recovered() bool { return e.resolver.IsRecovered() }
 
-// CheckRenew asks the cluster whether it can renew acquisition locks
-// (ShareAcknowledge v2, Kafka 4.2+) and says so in the metrics and the log.
-func (e *KIP1289) CheckRenew(ctx context.Context, cl *upstream.Client) { e.applier.CheckRenew(ctx, cl) }
-
 // Key is the API key of TxnShareAcknowledge.
 func (e *KIP1289) Key() int16 { return e.key }
 
@@ -148,8 +142,11 @@ func (e *KIP1289) ProxyID() string { return e.proxyID }
 // KnownRanges is how many shadow records the proxy holds knowledge of.
 func (e *KIP1289) KnownRanges() int { return e.ledger.KnownRanges() }
 
-// Close stops applying acknowledgements.
-func (e *KIP1289) Close() { e.cancel() }
+// Close stops applying acknowledgements and tailing the shadow topic.
+func (e *KIP1289) Close() {
+	e.cancel()
+	e.closeTailer()
+}
 
 // stage answers a TxnShareAcknowledge of principal ident.
 func (e *KIP1289) stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequest, ident string) *kip1289.TxnShareAcknowledgeResponse {

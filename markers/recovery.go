@@ -67,6 +67,7 @@ func (r *Resolver) OnShadowRecord(partition int32, offset int64, rec *staging.Sh
 // with this one's limits (defence in depth behind the signature): more
 // partitions or offsets than one call may stage, or a malformed range.
 func (r *Resolver) implausible(rec *staging.ShadowRecord) string {
+	maxOffsets, maxPartitions := r.ledger.CallLimits()
 	parts, offs := 0, int64(0)
 	for _, t := range rec.Topics {
 		for _, p := range t.Partitions {
@@ -76,14 +77,14 @@ func (r *Resolver) implausible(rec *staging.ShadowRecord) string {
 					return "a malformed range"
 				}
 				offs += b.LastOffset - b.FirstOffset + 1
-				if offs > int64(r.limits.offsets) {
-					return fmt.Sprintf("more than kip1289.max_offsets_per_call=%d offsets", r.limits.offsets)
+				if offs > int64(maxOffsets) {
+					return fmt.Sprintf("more than kip1289.max_offsets_per_call=%d offsets", maxOffsets)
 				}
 			}
 		}
 	}
-	if parts > r.limits.partitions {
-		return fmt.Sprintf("more than kip1289.max_partitions_per_call=%d partitions", r.limits.partitions)
+	if parts > maxPartitions {
+		return fmt.Sprintf("more than kip1289.max_partitions_per_call=%d partitions", maxPartitions)
 	}
 	return ""
 }

@@ -27,7 +27,7 @@ func testResolver(t testing.TB) (*Resolver, *staging.Ledger) {
 	t.Cleanup(cancel)
 	applier := upstream.NewApplier(upstream.NewSessions(ctx, nil, log), log, nil)
 	l := staging.NewLedger(cfg, log, nil, applier)
-	return NewResolver(ctx, l, applier, cfg.MaxOffsetsPerCall, cfg.MaxPartitionsPerCall, log, nil), l
+	return NewResolver(ctx, l, applier, log, nil), l
 }
 
 // ackAccepted runs a client acknowledgement through the ledger as the

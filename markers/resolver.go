@@ -25,7 +25,6 @@ type Resolver struct {
 	applier *upstream.Applier
 	ctx     context.Context // ends when the proxy stops
 	log     *slog.Logger
-	limits  limits
 
 	mu            sync.Mutex
 	calls         map[staging.Loc]*staging.Call // staged by this proxy, not yet resolved
@@ -44,19 +43,16 @@ type Resolver struct {
 	readCounters map[string]readCounter // kind → its counters, filled by countRead (the tailer's goroutine only)
 }
 
-// limits are the per-call limits a plausible shadow record stays within.
-type limits struct{ offsets, partitions int }
-
 // redeliveryBarrierTimeout bounds how long a ShareFetch response with
 // redelivered records waits for the shadow topic to be read to its end.
 const redeliveryBarrierTimeout = 15 * time.Second
 
 // NewResolver resolves the calls staged in ledger, applying and releasing
-// through applier, until ctx ends. A shadow record naming more than
-// maxOffsets offsets or maxPartitions partitions (the per-call limits) is
-// not trusted. Its metrics are registered in reg (nil: not registered).
-func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.Applier, maxOffsets, maxPartitions int, log *slog.Logger, reg prometheus.Registerer) *Resolver {
-	r := &Resolver{ledger: ledger, applier: applier, ctx: ctx, log: log, limits: limits{maxOffsets, maxPartitions},
+// through applier, until ctx ends. A shadow record naming more offsets or
+// partitions than one call may stage (the ledger's kip1289 limits) is not
+// trusted. Its metrics are registered in reg (nil: not registered).
+func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.Applier, log *slog.Logger, reg prometheus.Registerer) *Resolver {
+	r := &Resolver{ledger: ledger, applier: applier, ctx: ctx, log: log,
 		calls: map[staging.Loc]*staging.Call{}, recovered: make(chan struct{}), waitRecovery: redeliveryBarrierTimeout,
 		mMarkers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "markers_total",
 			Help: "Staged shadow records resolved, by type (commit, abort) and by what resolved them first (end_txn: the EndTxn response seen on the client connection; marker: the control marker in the shadow partition)."}, []string{"type", "via"}),

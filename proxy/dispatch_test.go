@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"go/ast"
 	"go/parser"
@@ -138,6 +139,7 @@ func (f *fakeFeature) TxnHook(*intercept.Request) intercept.Action {
 func (*fakeFeature) HoldsSessionsOn(intercept.Conn) bool                    { return false }
 func (*fakeFeature) WaitSessionsDrained(intercept.Conn, time.Duration) bool { return true }
 func (*fakeFeature) CheckUpstream(*kmsg.ApiVersionsResponse) error          { return nil }
+func (*fakeFeature) Start(context.Context, intercept.StartEnv) error        { return nil }
 func (*fakeFeature) Recovered() bool                                        { return true }
 func (*fakeFeature) Close()                                                 {}
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
-	"github.com/sharetx/sharetx/markers"
 	"github.com/sharetx/sharetx/upstream"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -52,9 +52,8 @@ type Server struct {
 	// a key outside it is never forwarded.
 	upstreamKeys intercept.UpstreamKeys
 	ready        atomic.Bool
-	up           atomic.Pointer[upstream.Client] // the proxy's own client, from StartKIP
-	tailer       *markers.Tailer
-	lastErr      atomic.Value // string: last discovery error
+	up           atomic.Pointer[upstream.Client] // the proxy's own client, from startFeature
+	lastErr      atomic.Value                    // string: last discovery error
 	seedNext     atomic.Uint32
 
 	// clientConns counts the client connections being served, from accept
@@ -113,6 +112,19 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 	s.requireAuth = cfg.Upstream.SASL.Mechanism != ""
 	s.handlers = intercept.NewRegistry(kip)
 	return s, nil
+}
+
+// KIP returns the transactional-acknowledgement engine.
+func (s *Server) KIP() *intercept.KIP1289 { return s.env.KIP }
+
+// startFeature hands the feature the proxy's own client once the cluster
+// answers (the side channel from now on) and starts it
+// (intercept.KIP1289.Start).
+func (s *Server) startFeature(ctx context.Context, cl *upstream.Client) error {
+	s.up.Store(cl)
+	return s.feature.Start(ctx, intercept.StartEnv{Client: cl, Config: s.cfg, ClientOpts: func(string) []kgo.Opt {
+		return upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL)
+	}})
 }
 
 // Metrics returns the server's metrics.
@@ -505,7 +517,7 @@ func (s *Server) RunDiscovery(ctx context.Context, cl *upstream.Client) {
 }
 
 // Ready reports whether the proxy is ready to serve: the upstream cluster
-// has answered and the shadow topic was read back (StartKIP); otherwise it
+// has answered and the shadow topic was read back (startFeature); otherwise it
 // says why not.
 func (s *Server) Ready() (bool, string) {
 	if !s.ready.Load() {
@@ -545,16 +557,11 @@ func (s *Server) Kill() {
 	s.feature.Close()
 	s.mu.Lock()
 	s.closing = true
-	tailer := s.tailer
-	s.tailer = nil
 	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.close("killed")
 	}
 	s.mu.Unlock()
-	if tailer != nil {
-		tailer.Close()
-	}
 }
 
 // Shutdown stops accepting, lets requests already read finish and their
@@ -563,9 +570,6 @@ func (s *Server) Kill() {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	if s.tailer != nil {
-		defer s.tailer.Close()
-	}
 	defer s.feature.Close()
 	s.stopAcceptingLocked()
 	for c := range s.conns {

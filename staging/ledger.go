@@ -72,6 +72,13 @@ func NewLedger(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer,
 }
 
 // Pending is the number of offsets staged or committed, not yet applied.
+// CallLimits are the most offsets and partitions one TxnShareAcknowledge
+// may stage (kip1289.max_offsets_per_call, max_partitions_per_call): a
+// shadow record naming more is not plausible either (markers).
+func (l *Ledger) CallLimits() (offsets, partitions int) {
+	return l.cfg.MaxOffsetsPerCall, l.cfg.MaxPartitionsPerCall
+}
+
 func (l *Ledger) Pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
