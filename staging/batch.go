@@ -3,51 +3,38 @@ package staging
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // AppendRecordBatch appends a magic v2, uncompressed, transactional record
-// batch holding one record (null key, the given value, no headers) to dst.
-//
-//	baseOffset int64 (0) | batchLength int32 | partitionLeaderEpoch int32 (-1)
-//	magic int8 (2) | crc uint32 (CRC-32C of attributes..end)
-//	attributes int16 (0x10: transactional) | lastOffsetDelta int32 (0)
-//	baseTimestamp int64 | maxTimestamp int64 | producerId int64
-//	producerEpoch int16 | baseSequence int32 | recordCount int32 (1) | record
+// batch holding one record (null key, the given value, no headers) to dst,
+// encoded by kmsg's RecordBatch and Record. kmsg leaves the two derived
+// fields to the caller: the record's length (of what follows it) and the
+// batch's length (of what follows it) and CRC-32C (of attributes..end).
 func AppendRecordBatch(dst []byte, pid int64, epoch int16, seq int32, tsMillis int64, value []byte) []byte {
-	be := binary.BigEndian
+	// Attributes 0, deltas 0, no headers; a nil Key encodes as null. The
+	// length counts what follows it: the encoding less Length 0's 1 byte.
+	rec := kmsg.Record{Value: value}
+	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1,
+		Magic:                2,
+		Attributes:           0x0010, // transactional
+		FirstTimestamp:       tsMillis,
+		MaxTimestamp:         tsMillis,
+		ProducerID:           pid,
+		ProducerEpoch:        epoch,
+		FirstSequence:        seq,
+		NumRecords:           1,
+		Records:              rec.AppendTo(nil),
+	}
 	start := len(dst)
-	dst = be.AppendUint64(dst, 0)                // base offset
-	dst = be.AppendUint32(dst, 0)                // batch length, below
-	dst = be.AppendUint32(dst, 0xffffffff)       // partition leader epoch -1
-	dst = append(dst, 2)                         // magic
-	dst = be.AppendUint32(dst, 0)                // crc, below
-	crcFrom := len(dst)                          //
-	dst = be.AppendUint16(dst, 0x0010)           // attributes: transactional
-	dst = be.AppendUint32(dst, 0)                // last offset delta
-	dst = be.AppendUint64(dst, uint64(tsMillis)) // base timestamp
-	dst = be.AppendUint64(dst, uint64(tsMillis)) // max timestamp
-	dst = be.AppendUint64(dst, uint64(pid))      // producer id
-	dst = be.AppendUint16(dst, uint16(epoch))    // producer epoch
-	dst = be.AppendUint32(dst, uint32(seq))      // base sequence
-	dst = be.AppendUint32(dst, 1)                // record count
-
-	// Record: attributes int8, timestampDelta varlong, offsetDelta varint,
-	// keyLength varint (-1: null), valueLength varint, value,
-	// headerCount varint; preceded by its length as a varint.
-	var body []byte
-	body = append(body, 0)
-	body = binary.AppendVarint(body, 0)
-	body = binary.AppendVarint(body, 0)
-	body = binary.AppendVarint(body, -1)
-	body = binary.AppendVarint(body, int64(len(value)))
-	body = append(body, value...)
-	body = binary.AppendVarint(body, 0)
-	dst = binary.AppendVarint(dst, int64(len(body)))
-	dst = append(dst, body...)
-
-	be.PutUint32(dst[start+8:], uint32(len(dst)-start-12))
-	be.PutUint32(dst[crcFrom-4:], crc32.Checksum(dst[crcFrom:], crc32c))
+	dst = b.AppendTo(dst)
+	const lengthAt, crcAt, attributesAt = 8, 17, 21 // after base offset; after leader epoch and magic
+	binary.BigEndian.PutUint32(dst[start+lengthAt:], uint32(len(dst)-start-12))
+	binary.BigEndian.PutUint32(dst[start+crcAt:], crc32.Checksum(dst[start+attributesAt:], crc32c))
 	return dst
 }
