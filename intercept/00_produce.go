@@ -17,16 +17,7 @@ import (
 // their next write instead of refusing their TxnShareAcknowledge with
 // INVALID_PRODUCER_ID_MAPPING.
 func init() {
-	registerHook(kmsg.Produce, produceHook)
-	register(kmsg.Produce, func(env *Env, state any, r kmsg.Response) bool {
-		resp := r.(*kmsg.ProduceResponse)
-		changed := false
-		for i := range resp.Brokers {
-			b := &resp.Brokers[i]
-			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
-		}
-		return produceLearn(env, state, resp) || changed
-	})
+	on(kmsg.Produce, produceRequest, produceResponse)
 	describe(kmsg.Produce, func(h *Handler) {
 		h.HookKeepsNothing = true // produceTxn copies the transactional id; a ride builds a new body
 		h.Responds = func(r *Request) (bool, error) {
@@ -36,29 +27,48 @@ func init() {
 	})
 }
 
-// produceHook is the KIP-1289 engine's part of a Produce request.
-func produceHook(env *Env, r *Request) Action {
+// produceState is what a Produce request leaves for its response, one of:
+// the shadow-topic partitions split off it (touch.go), the shadow batch
+// riding in it (ride.go, with its transaction), or its transaction.
+type produceState struct {
+	touch *touchSplit
+	ride  *rideState
+	txn   *produceTxnState
+}
+
+// produceRequest is the KIP-1289 engine's part of a Produce request.
+func produceRequest(env *Env, r *Request) (Action, *produceState) {
 	t, isTxn := produceTxn(r.Body(), r.Version)
 	if isTxn {
 		t.ident = env.KIP.identOf(r.Conn)
 	}
-	if act := env.KIP.shadowWrites(r, t, isTxn); act != nil {
-		return *act
+	if act, sp := env.KIP.shadowWrites(r, t, isTxn); act != nil {
+		if sp != nil {
+			return *act, &produceState{touch: sp}
+		}
+		return *act, nil
 	}
 	if isTxn {
 		env.KIP.produces.start(t)
-		if act := env.KIP.rideOn(r, t); act != nil {
-			return *act
+		if act, rs := env.KIP.rideOn(r, t); act != nil {
+			return *act, &produceState{ride: rs}
 		}
-		return Action{State: t}
+		return Action{}, &produceState{txn: &t}
 	}
-	return Action{}
+	return Action{}, nil
+}
+
+func produceResponse(env *Env, st *produceState, resp *kmsg.ProduceResponse) bool {
+	changed := advertiseBrokers(env, resp)
+	return produceLearn(env, st, resp) || changed
 }
 
 // produceLearn is the KIP-1289 engine's part of a Produce response.
-func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
-	changed := false
-	if sp, ok := state.(*touchSplit); ok {
+func produceLearn(env *Env, st *produceState, resp *kmsg.ProduceResponse) bool {
+	if st == nil {
+		return false
+	}
+	if sp := st.touch; sp != nil {
 		// Not counted in produces (shadowWrites returned before start):
 		// the broker's answer to the rest teaches the transaction.
 		if sp.isTxn && produceOK(resp) {
@@ -67,12 +77,13 @@ func produceLearn(env *Env, state any, resp *kmsg.ProduceResponse) bool {
 		env.KIP.mergeShadow(sp, resp)
 		return true
 	}
-	if rs, ok := state.(*rideState); ok {
+	changed, t := false, st.txn
+	if rs := st.ride; rs != nil {
 		env.KIP.rideAnswered(rs, resp)
-		state, changed = rs.txn, true
+		t, changed = &rs.txn, true
 	}
-	if t, ok := state.(produceTxnState); ok {
-		env.KIP.produces.done(t)
+	if t != nil {
+		env.KIP.produces.done(*t)
 		if produceOK(resp) {
 			env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
 		}

@@ -18,14 +18,7 @@ import (
 // That much every proxy does (upstreamVersions); the KIP-1289 engine then
 // adds the key it serves.
 func init() {
-	register(kmsg.ApiVersions, func(env *Env, _ any, r kmsg.Response) bool {
-		resp := r.(*kmsg.ApiVersionsResponse)
-		changed := upstreamVersions(env, resp)
-		if resp.ErrorCode == 0 {
-			changed = env.KIP.advertise(resp) || changed
-		}
-		return changed
-	})
+	onResponse(kmsg.ApiVersions, apiVersionsResponse)
 	describe(kmsg.ApiVersions, func(h *Handler) {
 		// Its responses use header v0 at every version, so a client can read
 		// the answer to a version the broker does not support.
@@ -49,6 +42,14 @@ func init() {
 			return version
 		}
 	})
+}
+
+func apiVersionsResponse(env *Env, resp *kmsg.ApiVersionsResponse) bool {
+	changed := upstreamVersions(env, resp)
+	if resp.ErrorCode == 0 {
+		changed = env.KIP.advertise(resp) || changed
+	}
+	return changed
 }
 
 // upstreamVersions tells the proxy the keys the upstream broker supports,

@@ -7,38 +7,37 @@ import (
 
 // ShareGroupHeartbeat: the proxy learns member ids and epochs (a member
 // leaving answers epoch -1 and is forgotten).
-func init() {
-	registerHook(kmsg.ShareGroupHeartbeat, func(env *Env, r *Request) Action {
-		req := kmsg.NewPtrShareGroupHeartbeatRequest()
-		req.Version = r.Version
-		if req.ReadFrom(r.Body()) != nil {
-			return Action{}
-		}
-		ident := env.KIP.identOf(r.Conn)
-		if env.KIP.foreignMember("ShareGroupHeartbeat", &shareState{group: req.GroupID, member: req.MemberID, ident: ident}) {
-			resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
-			resp.SetVersion(r.Version)
-			resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
-			return Action{Local: resp}
-		}
-		return Action{State: [3]string{req.GroupID, req.MemberID, ident}}
-	})
-	register(kmsg.ShareGroupHeartbeat, func(env *Env, state any, r kmsg.Response) bool {
-		gm, ok := state.([3]string)
-		if !ok {
-			return false
-		}
-		resp := r.(*kmsg.ShareGroupHeartbeatResponse)
-		if resp.ErrorCode != 0 {
-			return false
-		}
-		member := gm[1]
-		if resp.MemberID != nil && *resp.MemberID != "" {
-			member = *resp.MemberID
-		}
-		if member != "" {
-			env.KIP.ledger.SetMember(gm[2], gm[0], member, resp.MemberEpoch)
-		}
+func init() { on(kmsg.ShareGroupHeartbeat, shareGroupHeartbeatRequest, shareGroupHeartbeatResponse) }
+
+// heartbeatState is the group, member and principal of a heartbeat.
+type heartbeatState struct{ group, member, ident string }
+
+func shareGroupHeartbeatRequest(env *Env, r *Request) (Action, *heartbeatState) {
+	req := kmsg.NewPtrShareGroupHeartbeatRequest()
+	req.Version = r.Version
+	if req.ReadFrom(r.Body()) != nil {
+		return Action{}, nil
+	}
+	ident := env.KIP.identOf(r.Conn)
+	if env.KIP.foreignMember("ShareGroupHeartbeat", &shareState{group: req.GroupID, member: req.MemberID, ident: ident}) {
+		resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
+		resp.SetVersion(r.Version)
+		resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
+		return Action{Local: resp}, nil
+	}
+	return Action{}, &heartbeatState{req.GroupID, req.MemberID, ident}
+}
+
+func shareGroupHeartbeatResponse(env *Env, st *heartbeatState, resp *kmsg.ShareGroupHeartbeatResponse) bool {
+	if st == nil || resp.ErrorCode != 0 {
 		return false
-	})
+	}
+	member := st.member
+	if resp.MemberID != nil && *resp.MemberID != "" {
+		member = *resp.MemberID
+	}
+	if member != "" {
+		env.KIP.ledger.SetMember(st.ident, st.group, member, resp.MemberEpoch)
+	}
+	return false
 }

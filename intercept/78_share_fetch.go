@@ -60,7 +60,7 @@ func (st *shareState) sessionKey() upstream.SessionKey {
 func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) Action {
 	step := e.sessions.Get(st.sessionKey()).Begin(r.Conn, st.ident, *epoch, r.Version)
 	e.mSessionWait.Observe(step.Waited.Seconds())
-	act := Action{State: st, After: step.Unlock}
+	act := Action{After: step.Unlock}
 	if step.Foreign {
 		st.foreign = true
 	} else if step.Epoch != *epoch {
@@ -78,21 +78,21 @@ func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bo
 }
 
 // responded marks a client request of a share session answered.
-func (e *KIP1289) responded(state any) {
-	st, ok := state.(*shareState)
-	if !ok || !st.counted {
+func (e *KIP1289) responded(st *shareState) {
+	if st == nil || !st.counted {
 		return
 	}
 	e.sessions.Get(st.sessionKey()).Responded()
 }
 
-// noteSessionError counts INVALID_SHARE_SESSION_EPOCH answers to clients.
-func (e *KIP1289) noteSessionError(code int16, state any, api string) {
-	e.responded(state)
+// noteSessionError counts INVALID_SHARE_SESSION_EPOCH answers to clients
+// (st: the request's, nil when the proxy did not decode it).
+func (e *KIP1289) noteSessionError(code int16, st *shareState, api string) {
+	e.responded(st)
 	if code != kerr.InvalidShareSessionEpoch.Code {
 		return
 	}
-	if st, ok := state.(*shareState); ok && (st.foreign || !st.inStep) {
+	if st != nil && (st.foreign || !st.inStep) {
 		// Not the proxy's doing: another principal's request, or a client
 		// that skipped or repeated an epoch itself (the broker refuses it
 		// as it would without the proxy). Only the proxy's own mistakes
@@ -100,7 +100,7 @@ func (e *KIP1289) noteSessionError(code int16, state any, api string) {
 		return
 	}
 	e.mEpochErrors.Inc()
-	if st, ok := state.(*shareState); ok {
+	if st != nil {
 		last, delta := e.sessions.Get(st.sessionKey()).Peek()
 		e.log.Warn("a client got INVALID_SHARE_SESSION_EPOCH", "api", api, "sent_epoch", st.epoch, "node", st.node,
 			"group", st.group, "member", st.member, "session_last", last, "session_delta", delta)
@@ -119,138 +119,133 @@ func deref(s *string) string {
 // piggybacked acknowledgements, from which it holds back offsets that are
 // TX_PENDING or committed. The response tells the proxy which member
 // acquired which offsets, and carries NodeEndpoints when a leader moved.
-func init() {
-	registerHook(kmsg.ShareFetch, func(env *Env, r *Request) Action {
-		e := env.KIP
-		req := kmsg.NewPtrShareFetchRequest()
-		req.Version = r.Version
-		if req.ReadFrom(r.Body()) != nil {
-			return Action{} // the broker answers the malformed request
+func init() { on(kmsg.ShareFetch, shareFetchRequest, shareFetchResponse) }
+
+func shareFetchRequest(env *Env, r *Request) (Action, *shareState) {
+	e := env.KIP
+	req := kmsg.NewPtrShareFetchRequest()
+	req.Version = r.Version
+	if req.ReadFrom(r.Body()) != nil {
+		return Action{}, nil // the broker answers the malformed request
+	}
+	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
+	if e.foreignMember("ShareFetch", st) {
+		resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
+		resp.SetVersion(r.Version)
+		resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
+		return Action{Local: resp}, nil
+	}
+	changed := false
+	for ti := range req.Topics {
+		t := &req.Topics[ti]
+		for pi := range t.Partitions {
+			p := &t.Partitions[pi]
+			if len(p.AcknowledgementBatches) == 0 {
+				continue
+			}
+			in := make([]staging.AckRange, len(p.AcknowledgementBatches))
+			for i, b := range p.AcknowledgementBatches {
+				in[i] = staging.AckRange{First: b.FirstOffset, Last: b.LastOffset, Types: b.AcknowledgeTypes}
+			}
+			out, held, plan := e.ledger.FilterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+			if plan != nil {
+				st.plans = append(st.plans, plan)
+			}
+			if held == 0 {
+				continue
+			}
+			changed = true
+			st.hold(t.TopicID, p.Partition)
+			p.AcknowledgementBatches = p.AcknowledgementBatches[:0]
+			for _, o := range out {
+				b := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
+				b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.First, o.Last, o.Types
+				p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
+			}
 		}
-		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
-		if e.foreignMember("ShareFetch", st) {
-			resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
-			resp.SetVersion(r.Version)
-			resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
-			return Action{Local: resp}
-		}
-		changed := false
-		for ti := range req.Topics {
-			t := &req.Topics[ti]
-			for pi := range t.Partitions {
-				p := &t.Partitions[pi]
-				if len(p.AcknowledgementBatches) == 0 {
-					continue
-				}
-				in := make([]staging.AckRange, len(p.AcknowledgementBatches))
-				for i, b := range p.AcknowledgementBatches {
-					in[i] = staging.AckRange{First: b.FirstOffset, Last: b.LastOffset, Types: b.AcknowledgeTypes}
-				}
-				out, held, plan := e.ledger.FilterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
-				if plan != nil {
-					st.plans = append(st.plans, plan)
-				}
-				if held == 0 {
-					continue
-				}
-				changed = true
-				st.hold(t.TopicID, p.Partition)
-				p.AcknowledgementBatches = p.AcknowledgementBatches[:0]
-				for _, o := range out {
-					b := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
-					b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.First, o.Last, o.Types
-					p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
+	}
+	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req), st
+}
+
+func shareFetchResponse(env *Env, st *shareState, resp *kmsg.ShareFetchResponse) bool {
+	changed := advertiseBrokers(env, resp)
+	env.KIP.noteSessionError(resp.ErrorCode, st, "ShareFetch")
+	if st == nil || resp.ErrorCode != 0 {
+		return changed
+	}
+	env.KIP.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				if t.TopicID == topic && rp.Partition == part {
+					return rp.AcknowledgeErrorCode, true
 				}
 			}
 		}
-		return e.onSession(r, st, &req.ShareSessionEpoch, changed, req)
+		return 0, false
 	})
-	register(kmsg.ShareFetch, func(env *Env, state any, r kmsg.Response) bool {
-		resp := r.(*kmsg.ShareFetchResponse)
-		changed := false
-		for i := range resp.NodeEndpoints {
-			b := &resp.NodeEndpoints[i]
-			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
+	lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
+	if lock <= 0 {
+		lock = 30 * time.Second
+	}
+	if env.KIP.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock) {
+		changed = true
+	}
+	reject := env.KIP.cfg.ClientAcks == "reject"
+	answered := map[[16]byte]map[int32]bool{}
+	for ti := range resp.Topics {
+		t := &resp.Topics[ti]
+		for pi := range t.Partitions {
+			p := &t.Partitions[pi]
+			if p.ErrorCode == 0 {
+				env.KIP.ledger.Acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
+			}
+			if !st.held[t.TopicID][p.Partition] {
+				continue
+			}
+			if answered[t.TopicID] == nil {
+				answered[t.TopicID] = map[int32]bool{}
+			}
+			answered[t.TopicID][p.Partition] = true
+			if reject && p.AcknowledgeErrorCode == 0 {
+				setHeldAckError(p)
+				changed = true
+			}
 		}
-		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareFetch")
-		st, ok := state.(*shareState)
-		if !ok || resp.ErrorCode != 0 {
-			return changed
-		}
-		env.KIP.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {
-			for _, t := range resp.Topics {
-				for _, rp := range t.Partitions {
-					if t.TopicID == topic && rp.Partition == part {
-						return rp.AcknowledgeErrorCode, true
-					}
+	}
+	// A partition whose acks the proxy held back entirely may be
+	// missing from the broker's answer; the client needs an ack result
+	// for every partition it acknowledged.
+	for topic, parts := range st.held {
+		for part := range parts {
+			if answered[topic][part] {
+				continue
+			}
+			ti := -1
+			for i := range resp.Topics {
+				if resp.Topics[i].TopicID == topic {
+					ti = i
 				}
 			}
-			return 0, false
-		})
-		lock := time.Duration(resp.AcquisitionLockTimeoutMillis) * time.Millisecond
-		if lock <= 0 {
-			lock = 30 * time.Second
-		}
-		if env.KIP.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock) {
+			if ti < 0 {
+				t := kmsg.NewShareFetchResponseTopic()
+				t.TopicID = topic
+				resp.Topics = append(resp.Topics, t)
+				ti = len(resp.Topics) - 1
+			}
+			p := kmsg.NewShareFetchResponseTopicPartition()
+			p.Partition = part
+			// Records is not nullable from v1 on (kmsg still
+			// encodes a nil as null): kafka-clients fails the
+			// whole response on a null.
+			p.Records = []byte{}
+			if reject {
+				setHeldAckError(&p)
+			}
+			resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, p)
 			changed = true
 		}
-		reject := env.KIP.cfg.ClientAcks == "reject"
-		answered := map[[16]byte]map[int32]bool{}
-		for ti := range resp.Topics {
-			t := &resp.Topics[ti]
-			for pi := range t.Partitions {
-				p := &t.Partitions[pi]
-				if p.ErrorCode == 0 {
-					env.KIP.ledger.Acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
-				}
-				if !st.held[t.TopicID][p.Partition] {
-					continue
-				}
-				if answered[t.TopicID] == nil {
-					answered[t.TopicID] = map[int32]bool{}
-				}
-				answered[t.TopicID][p.Partition] = true
-				if reject && p.AcknowledgeErrorCode == 0 {
-					setHeldAckError(p)
-					changed = true
-				}
-			}
-		}
-		// A partition whose acks the proxy held back entirely may be
-		// missing from the broker's answer; the client needs an ack result
-		// for every partition it acknowledged.
-		for topic, parts := range st.held {
-			for part := range parts {
-				if answered[topic][part] {
-					continue
-				}
-				ti := -1
-				for i := range resp.Topics {
-					if resp.Topics[i].TopicID == topic {
-						ti = i
-					}
-				}
-				if ti < 0 {
-					t := kmsg.NewShareFetchResponseTopic()
-					t.TopicID = topic
-					resp.Topics = append(resp.Topics, t)
-					ti = len(resp.Topics) - 1
-				}
-				p := kmsg.NewShareFetchResponseTopicPartition()
-				p.Partition = part
-				// Records is not nullable from v1 on (kmsg still
-				// encodes a nil as null): kafka-clients fails the
-				// whole response on a null.
-				p.Records = []byte{}
-				if reject {
-					setHeldAckError(&p)
-				}
-				resp.Topics[ti].Partitions = append(resp.Topics[ti].Partitions, p)
-				changed = true
-			}
-		}
-		return changed
-	})
+	}
+	return changed
 }
 
 func setHeldAckError(p *kmsg.ShareFetchResponseTopicPartition) {

@@ -13,79 +13,74 @@ import (
 // ShareFetch. A partition whose acks were all held back is dropped from the
 // request and answered by the proxy (success when absorbing,
 // INVALID_RECORD_STATE when rejecting). NodeEndpoints are rewritten.
-func init() {
-	registerHook(kmsg.ShareAcknowledge, func(env *Env, r *Request) Action {
-		e := env.KIP
-		req := kmsg.NewPtrShareAcknowledgeRequest()
-		req.Version = r.Version
-		if req.ReadFrom(r.Body()) != nil {
-			return Action{}
-		}
-		st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
-		if e.foreignMember("ShareAcknowledge", st) {
-			resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
-			resp.SetVersion(r.Version)
-			resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
-			return Action{Local: resp}
-		}
-		changed := false
-		if !req.IsRenewAck {
-			keepTopics := req.Topics[:0]
-			for _, t := range req.Topics {
-				keepParts := t.Partitions[:0]
-				for _, p := range t.Partitions {
-					in := make([]staging.AckRange, len(p.AcknowledgementBatches))
-					for i, b := range p.AcknowledgementBatches {
-						in[i] = staging.AckRange{First: b.FirstOffset, Last: b.LastOffset, Types: b.AcknowledgeTypes}
-					}
-					out, held, plan := e.ledger.FilterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
-					if plan != nil {
-						st.plans = append(st.plans, plan)
-					}
-					if held > 0 {
-						changed = true
-						st.hold(t.TopicID, p.Partition)
-						p.AcknowledgementBatches = p.AcknowledgementBatches[:0]
-						for _, o := range out {
-							b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
-							b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.First, o.Last, o.Types
-							p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
-						}
-					}
-					if len(p.AcknowledgementBatches) > 0 {
-						keepParts = append(keepParts, p)
+func init() { on(kmsg.ShareAcknowledge, shareAcknowledgeRequest, shareAcknowledgeResponse) }
+
+func shareAcknowledgeRequest(env *Env, r *Request) (Action, *shareState) {
+	e := env.KIP
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.Version = r.Version
+	if req.ReadFrom(r.Body()) != nil {
+		return Action{}, nil
+	}
+	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
+	if e.foreignMember("ShareAcknowledge", st) {
+		resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+		resp.SetVersion(r.Version)
+		resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
+		return Action{Local: resp}, nil
+	}
+	changed := false
+	if !req.IsRenewAck {
+		keepTopics := req.Topics[:0]
+		for _, t := range req.Topics {
+			keepParts := t.Partitions[:0]
+			for _, p := range t.Partitions {
+				in := make([]staging.AckRange, len(p.AcknowledgementBatches))
+				for i, b := range p.AcknowledgementBatches {
+					in[i] = staging.AckRange{First: b.FirstOffset, Last: b.LastOffset, Types: b.AcknowledgeTypes}
+				}
+				out, held, plan := e.ledger.FilterClientAcks(st.group, st.member, t.TopicID, p.Partition, in)
+				if plan != nil {
+					st.plans = append(st.plans, plan)
+				}
+				if held > 0 {
+					changed = true
+					st.hold(t.TopicID, p.Partition)
+					p.AcknowledgementBatches = p.AcknowledgementBatches[:0]
+					for _, o := range out {
+						b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+						b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = o.First, o.Last, o.Types
+						p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
 					}
 				}
-				t.Partitions = keepParts
-				if len(t.Partitions) > 0 {
-					keepTopics = append(keepTopics, t)
+				if len(p.AcknowledgementBatches) > 0 {
+					keepParts = append(keepParts, p)
 				}
 			}
-			req.Topics = keepTopics
+			t.Partitions = keepParts
+			if len(t.Partitions) > 0 {
+				keepTopics = append(keepTopics, t)
+			}
 		}
-		if req.ShareSessionEpoch == -1 && e.cfg.CloseHold > 0 && e.ledger.HeldFor(st.node, st.group, st.member) > 0 {
-			return e.holdClose(r, st, req)
-		}
-		return e.onSession(r, st, &req.ShareSessionEpoch, changed, req)
-	})
-	register(kmsg.ShareAcknowledge, func(env *Env, state any, r kmsg.Response) bool {
-		resp := r.(*kmsg.ShareAcknowledgeResponse)
-		changed := false
-		for i := range resp.NodeEndpoints {
-			b := &resp.NodeEndpoints[i]
-			changed = advertise(env, b.NodeID, &b.Host, &b.Port) || changed
-		}
-		env.KIP.noteSessionError(resp.ErrorCode, state, "ShareAcknowledge")
-		st, ok := state.(*shareState)
-		if !ok || resp.ErrorCode != 0 {
-			return changed
-		}
-		env.KIP.applyPlans(st, ackCodes(resp))
-		if len(st.held) == 0 {
-			return changed
-		}
-		return addHeldPartitions(resp, st, env.KIP.cfg.ClientAcks == "reject") || changed
-	})
+		req.Topics = keepTopics
+	}
+	if req.ShareSessionEpoch == -1 && e.cfg.CloseHold > 0 && e.ledger.HeldFor(st.node, st.group, st.member) > 0 {
+		return e.holdClose(r, st, req), nil // answered by the proxy: no response comes from upstream
+	}
+	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req), st
+}
+
+func shareAcknowledgeResponse(env *Env, st *shareState, resp *kmsg.ShareAcknowledgeResponse) bool {
+	changed := advertiseBrokers(env, resp)
+	env.KIP.noteSessionError(resp.ErrorCode, st, "ShareAcknowledge")
+	if st == nil || resp.ErrorCode != 0 {
+		return changed
+	}
+	env.KIP.applyPlans(st, ackCodes(resp))
+	if len(st.held) == 0 {
+		return changed
+	}
+	return addHeldPartitions(resp, st, env.KIP.cfg.ClientAcks == "reject") || changed
 }
 
 // ackCodes looks up a partition's code in a ShareAcknowledge response.

@@ -227,36 +227,40 @@ func scramUser(first []byte) (string, bool) {
 // SaslHandshake and SaslAuthenticate: the proxy follows, without changing
 // a byte, which principal the broker authenticated on each connection.
 func init() {
-	registerHook(kmsg.SASLHandshake, func(env *Env, r *Request) Action {
-		req := kmsg.NewPtrSASLHandshakeRequest()
-		req.Version = r.Version
-		if req.ReadFrom(r.Body()) != nil {
-			return Action{}
-		}
-		return Action{State: saslState{conn: r.Conn, mech: req.Mechanism}}
-	})
-	register(kmsg.SASLHandshake, func(env *Env, state any, r kmsg.Response) bool {
-		st, ok := state.(saslState)
-		if ok && r.(*kmsg.SASLHandshakeResponse).ErrorCode == 0 {
-			env.KIP.saslHandshake(st.conn, st.mech)
-		}
-		return false
-	})
-	registerHook(kmsg.SASLAuthenticate, func(env *Env, r *Request) Action {
-		req := kmsg.NewPtrSASLAuthenticateRequest()
-		req.Version = r.Version
-		if req.ReadFrom(r.Body()) != nil {
-			return Action{}
-		}
-		return Action{State: saslState{conn: r.Conn, token: req.SASLAuthBytes}}
-	})
-	register(kmsg.SASLAuthenticate, func(env *Env, state any, r kmsg.Response) bool {
-		st, ok := state.(saslState)
-		if resp := r.(*kmsg.SASLAuthenticateResponse); ok && resp.ErrorCode == 0 {
-			env.KIP.saslAuthenticated(st.conn, st.token, resp.SASLAuthBytes)
-		}
-		return false
-	})
+	on(kmsg.SASLHandshake, saslHandshakeRequest, saslHandshakeResponse)
+	on(kmsg.SASLAuthenticate, saslAuthenticateRequest, saslAuthenticateResponse)
+}
+
+func saslHandshakeRequest(env *Env, r *Request) (Action, *saslState) {
+	req := kmsg.NewPtrSASLHandshakeRequest()
+	req.Version = r.Version
+	if req.ReadFrom(r.Body()) != nil {
+		return Action{}, nil
+	}
+	return Action{}, &saslState{conn: r.Conn, mech: req.Mechanism}
+}
+
+func saslHandshakeResponse(env *Env, st *saslState, resp *kmsg.SASLHandshakeResponse) bool {
+	if st != nil && resp.ErrorCode == 0 {
+		env.KIP.saslHandshake(st.conn, st.mech)
+	}
+	return false
+}
+
+func saslAuthenticateRequest(env *Env, r *Request) (Action, *saslState) {
+	req := kmsg.NewPtrSASLAuthenticateRequest()
+	req.Version = r.Version
+	if req.ReadFrom(r.Body()) != nil {
+		return Action{}, nil
+	}
+	return Action{}, &saslState{conn: r.Conn, token: req.SASLAuthBytes}
+}
+
+func saslAuthenticateResponse(env *Env, st *saslState, resp *kmsg.SASLAuthenticateResponse) bool {
+	if st != nil && resp.ErrorCode == 0 {
+		env.KIP.saslAuthenticated(st.conn, st.token, resp.SASLAuthBytes)
+	}
+	return false
 }
 
 type saslState struct {

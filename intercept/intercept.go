@@ -131,7 +131,8 @@ type Action struct {
 	Async func() kmsg.Response
 	// After runs once the request was written upstream, or was not.
 	After func()
-	// State is handed to the response rewriter of this request.
+	// State is handed to the response rewriter of this request; set by
+	// on (the registration), from what the hook returned, never by a hook.
 	State any
 	// Close closes the connection, with this reason, after the responses
 	// owed to earlier requests.
@@ -236,9 +237,37 @@ func lookup(key int16) *Handler {
 // describe sets what a file knows of its key.
 func describe(key kmsg.Key, fn func(h *Handler)) { fn(&handlers[key]) }
 
-func registerHook(key kmsg.Key, fn RequestHook) { handlers[key].Hook = fn }
+// The files of this package register their key's handlers in init, as
+// named functions (kfake's handleX style), through one of the two below.
+// Both assert here, once for every key, the response's kmsg type and the
+// state a request hook left for its response: a handler sees only its own
+// types, never an any.
 
-func register(key kmsg.Key, fn ResponseRewriter) { handlers[key].Rewrite = fn }
+// onResponse registers fn as key's response rewriter, for a key whose
+// responses need nothing of their request.
+func onResponse[R kmsg.Response](key kmsg.Key, fn func(env *Env, resp R) bool) {
+	handlers[key].Rewrite = func(env *Env, _ any, resp kmsg.Response) bool { return fn(env, resp.(R)) }
+}
+
+// on registers key's request hook and the response rewriter that reads
+// what the hook left for the response: the same *S, or nil when the hook
+// left none (a request it did not decode, one answered locally). rewrite
+// may be nil (the hook's own Action decides everything).
+func on[S any, R kmsg.Response](key kmsg.Key, hook func(env *Env, r *Request) (Action, *S), rewrite func(env *Env, st *S, resp R) bool) {
+	handlers[key].Hook = func(env *Env, r *Request) Action {
+		act, st := hook(env, r)
+		if st != nil {
+			act.State = st
+		}
+		return act
+	}
+	if rewrite != nil {
+		handlers[key].Rewrite = func(env *Env, state any, resp kmsg.Response) bool {
+			st, _ := state.(*S)
+			return rewrite(env, st, resp.(R))
+		}
+	}
+}
 
 // Hook returns the request hook of key, or nil.
 func Hook(key int16) RequestHook { return lookup(key).Hook }
@@ -319,18 +348,4 @@ func (r *Registry) For(key int16) *Handler {
 		return &r.served
 	}
 	return lookup(key)
-}
-
-// advertise rewrites one broker address in place; it reports whether the
-// address changed.
-func advertise(env *Env, node int32, host *string, port *int32) bool {
-	if node < 0 {
-		return false
-	}
-	h, p := env.Addrs.Advertise(node, *host, *port)
-	if h == *host && p == *port {
-		return false
-	}
-	*host, *port = h, p
-	return true
 }

@@ -26,28 +26,28 @@ type rideState struct {
 // rideOn appends the shadow batch of a TxnShareAcknowledge waiting for this
 // transaction (if any, and if the request can carry it) and returns the
 // action, or nil to forward the request as it came.
-func (e *KIP1289) rideOn(r *Request, t produceTxnState) *Action {
+func (e *KIP1289) rideOn(r *Request, t produceTxnState) (*Action, *rideState) {
 	s := e.stager.Load()
 	if s == nil || r.Version < 12 || !s.Waiting(t.txnID) {
-		return nil // the common case: a map lookup, nothing walked
+		return nil, nil // the common case: a map lookup, nothing walked
 	}
 	body := r.Body()
 	if acks, err := produceAcks(body, r.Version, true); err != nil || acks != -1 {
-		return nil
+		return nil, nil
 	}
 	if _, _, ok := e.shadowTopicID(); !ok {
-		return nil // (a request naming the shadow topic never gets here: shadowWrites took it)
+		return nil, nil // (a request naming the shadow topic never gets here: shadowWrites took it)
 	}
 	ride := s.TakeRide(t.txnID, t.producerID, t.epoch, r.Conn.Node(), r.Conn)
 	if ride == nil {
-		return nil
+		return nil, nil
 	}
 	out, ok := spliceProduceTopic(body, r.Version, ride.Reservation())
 	if !ok {
 		ride.Finish(staging.RideOutcome{NotSent: true})
-		return nil
+		return nil, nil
 	}
-	return &Action{Body: out, State: &rideState{txn: t, ride: ride}}
+	return &Action{Body: out}, &rideState{txn: t, ride: ride}
 }
 
 // spliceProduceTopic returns a flexible (v12+) Produce request body with

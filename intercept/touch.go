@@ -68,23 +68,23 @@ func (e *KIP1289) shadowTopicID() ([16]byte, int32, bool) {
 // nil to forward it as it came (it names no partition of the shadow topic:
 // the common case, walked without reading the records), or the action that
 // relays its touch and refuses the rest of the shadow topic.
-func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) *Action {
+func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) (*Action, *touchSplit) {
 	id, n, known := e.shadowTopicID()
 	name := e.cfg.ShadowTopic
 	body := r.Body()
 	if !known && r.Version >= 13 {
-		return nil // by id only, and the id is not known yet: the writer is not ready, nothing is staged
+		return nil, nil // by id only, and the id is not known yet: the writer is not ready, nothing is staged
 	}
 	if !produceNames(body, r.Version, name, id) {
-		return nil
+		return nil, nil
 	}
 	req := kmsg.NewPtrProduceRequest()
 	req.Version = r.Version
 	if req.ReadFrom(body) != nil { // the records alias body: nothing copied
-		return &Action{Close: "malformed_frame"}
+		return &Action{Close: "malformed_frame"}, nil
 	}
 	if req.Acks == 0 {
-		return &Action{Close: "shadow_topic_write_refused"}
+		return &Action{Close: "shadow_topic_write_refused"}, nil
 	}
 	touchPart := int32(-1)
 	if isTxn && known && n >= 2 && e.side != nil && e.ledger.OwnsTxn(t.txnID, t.producerID, t.ident) {
@@ -136,9 +136,9 @@ func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) *Actio
 			resp.SetVersion(r.Version)
 			e.mergeShadow(sp, resp)
 			return resp
-		}}
+		}}, nil
 	}
-	return &Action{Body: req.AppendTo(nil), State: sp}
+	return &Action{Body: req.AppendTo(nil)}, sp
 }
 
 // isTouch reports whether records is a touch of producer pid at epoch: one
