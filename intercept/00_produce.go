@@ -2,7 +2,6 @@ package intercept
 
 import (
 	"encoding/binary"
-	"errors"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -21,7 +20,7 @@ func init() {
 	describe(kmsg.Produce, func(h *Handler) {
 		h.HookKeepsNothing = true // produceTxn copies the transactional id; a ride builds a new body
 		h.Responds = func(r *Request) (bool, error) {
-			acks, err := produceAcks(r.Body(), r.Version, h.FlexibleRequest(r.Version))
+			acks, err := produceAcks(r.Body(), r.Version)
 			return acks != 0, err
 		}
 	})
@@ -92,38 +91,9 @@ func produceLearn(env *Env, st *produceState, resp *kmsg.ProduceResponse) bool {
 }
 
 // produceAcks reads the acks field of a Produce request body.
-func produceAcks(b []byte, version int16, flexible bool) (int16, error) {
-	if version >= 3 { // transactional id first
-		if flexible {
-			l, n := binary.Uvarint(b) // compact nullable string: length+1
-			if n <= 0 {
-				return 0, errors.New("bad transactional id")
-			}
-			b = b[n:]
-			if l > 0 {
-				if uint64(len(b)) < l-1 {
-					return 0, errors.New("transactional id past the frame")
-				}
-				b = b[l-1:]
-			}
-		} else {
-			if len(b) < 2 {
-				return 0, errors.New("short produce request")
-			}
-			l := int(int16(binary.BigEndian.Uint16(b)))
-			b = b[2:]
-			if l > 0 {
-				if len(b) < l {
-					return 0, errors.New("transactional id past the frame")
-				}
-				b = b[l:]
-			}
-		}
-	}
-	if len(b) < 2 {
-		return 0, errors.New("short produce request")
-	}
-	return int16(binary.BigEndian.Uint16(b)), nil
+func produceAcks(b []byte, version int16) (int16, error) {
+	h, err := walkProduce(b, version, nil, nil)
+	return h.acks, err
 }
 
 type produceTxnState struct {
@@ -153,59 +123,22 @@ func produceTxn(body []byte, version int16) (produceTxnState, bool) {
 	if version < 3 {
 		return produceTxnState{}, false
 	}
-	r := &reader{b: body}
-	flexible := version >= 9
-	var txnID *string
-	if flexible {
-		txnID = r.compactNullableString()
-	} else {
-		n := int(r.int16())
-		if r.err == nil && n >= 0 {
-			s := string(r.take(n))
-			txnID = &s
-		}
-	}
-	if r.err != nil || txnID == nil || *txnID == "" {
-		return produceTxnState{}, false
-	}
-	r.int16() // acks
-	r.int32() // timeout
-	arrayLen := func() int {
-		if flexible {
-			return r.compactLen(1)
-		}
-		return int(r.int32())
-	}
-	if arrayLen() < 1 { // topics
-		return produceTxnState{}, false
-	}
-	switch {
-	case version >= 13:
-		r.uuid()
-	case flexible:
-		r.compactString()
-	default:
-		r.take(int(r.int16()))
-	}
-	if arrayLen() < 1 { // partitions
-		return produceTxnState{}, false
-	}
-	r.int32() // partition
 	var records []byte
-	if flexible {
-		if n := r.compactLen(1); n > 0 {
-			records = r.take(n)
-		}
-	} else if n := int(r.int32()); n > 0 {
-		records = r.take(n)
+	read := false
+	h, err := walkProduce(body, version, func(string, [16]byte) bool { return true }, func(_ int32, recs []byte) bool {
+		records, read = recs, true
+		return false // the first partition's first batch is enough
+	})
+	if err != nil || !read || h.txnID == nil || *h.txnID == "" {
+		return produceTxnState{}, false
 	}
 	// Record batch v2: producerId at 43, producerEpoch at 51; magic at 16,
 	// attributes (bit 4: transactional) at 21.
-	if r.err != nil || len(records) < 53 || records[16] != 2 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
+	if len(records) < 53 || records[16] != 2 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
 		return produceTxnState{}, false
 	}
 	return produceTxnState{
-		txnID:      *txnID,
+		txnID:      *h.txnID,
 		producerID: int64(binary.BigEndian.Uint64(records[43:])),
 		epoch:      int16(binary.BigEndian.Uint16(records[51:])),
 	}, true

@@ -32,7 +32,7 @@ func (e *KIP1289) rideOn(r *Request, t produceTxnState) (*Action, *rideState) {
 		return nil, nil // the common case: a map lookup, nothing walked
 	}
 	body := r.Body()
-	if acks, err := produceAcks(body, r.Version, true); err != nil || acks != -1 {
+	if acks, err := produceAcks(body, r.Version); err != nil || acks != -1 {
 		return nil, nil
 	}
 	if _, _, ok := e.shadowTopicID(); !ok {
@@ -53,15 +53,12 @@ func (e *KIP1289) rideOn(r *Request, t produceTxnState) (*Action, *rideState) {
 // spliceProduceTopic returns a flexible (v12+) Produce request body with
 // one more topic first in its topics: the reservation's partition and batch.
 func spliceProduceTopic(body []byte, version int16, res *staging.Reservation) ([]byte, bool) {
-	rd := &reader{b: body}
-	rd.compactNullableString() // transactional id
-	rd.int16()                 // acks
-	rd.int32()                 // timeout
-	if rd.err != nil {
+	h, err := walkProduce(body, version, nil, nil)
+	if err != nil {
 		return nil, false
 	}
-	pos := len(body) - len(rd.b)
-	n, w := binary.Uvarint(rd.b)
+	pos := h.topicsAt
+	n, w := binary.Uvarint(body[pos:])
 	if w <= 0 || n == 0 { // a null topics array cannot be
 		return nil, false
 	}

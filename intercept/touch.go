@@ -219,51 +219,10 @@ func produceNames(body []byte, version int16, topic string, id [16]byte) bool {
 	if version < 3 {
 		return false
 	}
-	r := &reader{b: body}
-	flexible := version >= 9
-	str := func() string {
-		if flexible {
-			return r.compactString()
-		}
-		return string(r.take(int(r.int16())))
-	}
-	arrayLen := func() int {
-		if flexible {
-			return r.compactLen(1)
-		}
-		return int(r.int32())
-	}
-	if flexible {
-		r.compactNullableString() // transactional id
-	} else if n := int(r.int16()); n > 0 {
-		r.take(n)
-	}
-	r.int16() // acks
-	r.int32() // timeout
-	topics := arrayLen()
-	for i := 0; i < topics && r.err == nil; i++ {
-		if version >= 13 {
-			if r.uuid() == id {
-				return true
-			}
-		} else if str() == topic {
-			return true
-		}
-		parts := arrayLen()
-		for j := 0; j < parts && r.err == nil; j++ {
-			r.int32() // partition
-			if flexible {
-				if n := r.compactLen(1); n > 0 {
-					r.take(n)
-				}
-				r.tags()
-			} else if n := int(r.int32()); n > 0 {
-				r.take(n)
-			}
-		}
-		if flexible {
-			r.tags()
-		}
-	}
-	return false
+	named := false
+	walkProduce(body, version, func(name string, tid [16]byte) bool {
+		named = version >= 13 && tid == id || version < 13 && name == topic
+		return !named
+	}, nil)
+	return named
 }

@@ -1,0 +1,101 @@
+package intercept
+
+import (
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+)
+
+// produceHead is the start of a Produce request body.
+type produceHead struct {
+	txnID    *string // v3+; a copy (the body's buffer is reused)
+	acks     int16
+	topicsAt int // offset of the topics array in the body
+}
+
+// errBadProduce is a Produce request body that ends early or holds a
+// length it cannot.
+var errBadProduce = errors.New("malformed produce request")
+
+// walkProduce reads a Produce request body without decoding its records:
+// the one walker of the Produce layout the hooks share (transactional id
+// from v3, flexible from v9, topic ids from v13), on kbin's reader. It
+// reads the head, then hands each topic to onTopic (its name, or its id
+// from v13) and each of its partitions to onPartition (index and records,
+// which alias body); either returning false ends the walk there, as does a
+// nil onTopic (head only). It fails when the body is malformed before the
+// walk ended. The work is per topic and partition, never per record byte.
+func walkProduce(body []byte, version int16, onTopic func(name string, id [16]byte) bool, onPartition func(partition int32, records []byte) bool) (produceHead, error) {
+	var h produceHead
+	r := kbin.Reader{Src: body}
+	flexible := version >= 9
+	switch {
+	case flexible:
+		h.txnID = r.CompactNullableString()
+	case version >= 3:
+		h.txnID = r.NullableString()
+	}
+	h.acks = r.Int16()
+	r.Int32() // timeout
+	h.topicsAt = len(body) - len(r.Src)
+	if !r.Ok() {
+		return h, errBadProduce
+	}
+	if onTopic == nil {
+		return h, nil
+	}
+	arrayLen := func() int32 {
+		if flexible {
+			return r.CompactArrayLen()
+		}
+		return r.ArrayLen()
+	}
+	skipTags := func() {
+		if !flexible {
+			return
+		}
+		for n := r.Uvarint(); n > 0 && r.Ok(); n-- {
+			r.Uvarint() // tag
+			r.Span(int(r.Uvarint()))
+		}
+	}
+	for topics := arrayLen(); topics > 0 && r.Ok(); topics-- {
+		var name string
+		var id [16]byte
+		switch {
+		case version >= 13:
+			id = r.Uuid()
+		case flexible:
+			name = r.UnsafeCompactString()
+		default:
+			name = r.UnsafeString()
+		}
+		if !r.Ok() {
+			break
+		}
+		if !onTopic(name, id) {
+			return h, nil
+		}
+		for parts := arrayLen(); parts > 0 && r.Ok(); parts-- {
+			p := r.Int32()
+			var records []byte
+			if flexible {
+				records = r.CompactNullableBytes()
+			} else {
+				records = r.NullableBytes()
+			}
+			if !r.Ok() {
+				break
+			}
+			if onPartition != nil && !onPartition(p, records) {
+				return h, nil
+			}
+			skipTags()
+		}
+		skipTags()
+	}
+	if !r.Ok() {
+		return h, errBadProduce
+	}
+	return h, nil
+}
