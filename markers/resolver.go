@@ -133,7 +133,9 @@ func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) {
 	}
 	if !commit {
 		r.mMarkers.WithLabelValues("abort", via).Inc()
-		r.ledger.Abort(call)
+		for k, acks := range r.ledger.Abort(call) {
+			r.applier.Release(k, acks, call.TxnID()) // off this goroutine
+		}
 		return
 	}
 	r.mMarkers.WithLabelValues("commit", via).Inc()

@@ -24,7 +24,7 @@ import (
 type Ledger struct {
 	cfg     configs.KIP1289
 	log     *slog.Logger
-	applier *upstream.Applier // releases of aborted transactions' records
+	applier *upstream.Applier // releases of the records of a call that could not be staged
 
 	mu      sync.Mutex
 	members map[memberKey]memberInfo

@@ -321,7 +321,10 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 	if out, held := ackAccepted(e, "g", "m1", topic, 0, []AckRange{{4, 4, []int8{1}}}); held != 1 || len(out) != 0 {
 		t.Fatalf("ack of a staged offset: held %d, out %+v", held, out)
 	}
-	e.Abort(call)
+	rel := e.Abort(call)
+	if acks, ok := rel[upstream.SessionKey{Node: 0, Group: "g", Member: "m1"}]; len(rel) != 1 || !ok || acks.Count() != 5 {
+		t.Fatalf("releases %+v, want offsets 0-4 on m1's session", rel)
+	}
 	ps := e.parts[partKey{"g", topic, 0}]
 	for o := int64(0); o <= 4; o++ {
 		if st := ps.get(o); st != nil {

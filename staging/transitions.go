@@ -77,8 +77,10 @@ func (l *Ledger) unstage(call *Call) {
 // the delivery it polled (a franz-go share consumer implicitly on its next
 // poll, a Java explicit-mode consumer before it may poll again): that one
 // acknowledgement is owed, absorbed when it comes (filterClientAcks) and never
-// applied to a later delivery of the same offset.
-func (l *Ledger) Abort(call *Call) {
+// applied to a later delivery of the same offset. It returns the releases to
+// send, per share session: the resolver sends them (markers), as it sends a
+// committed call's acknowledgements.
+func (l *Ledger) Abort(call *Call) Releases {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
@@ -100,7 +102,19 @@ func (l *Ledger) Abort(call *Call) {
 		ps.settle(r.offset, r.offset)
 	}
 	l.addPendingLocked(-len(call.offsets))
-	l.sendReleases(call, releases)
+	return call.bySession(releases)
+}
+
+// Releases are RELEASE acknowledgements per share session.
+type Releases map[upstream.SessionKey]upstream.Acks
+
+// bySession keys acks of call by node to the member's session there.
+func (call *Call) bySession(acks map[int32]upstream.Acks) Releases {
+	out := Releases{}
+	for node, a := range acks {
+		out[upstream.SessionKey{Node: node, Group: call.group, Member: call.member}] = a
+	}
+	return out
 }
 
 func addRef(m map[int32]upstream.Acks, r offRef, ty int8) {
@@ -110,11 +124,13 @@ func addRef(m map[int32]upstream.Acks, r offRef, ty int8) {
 	m[r.node].Add(upstream.TopicPartition{Topic: r.part.topic, Partition: r.part.partition}, r.offset, ty)
 }
 
-// sendReleases releases offsets upstream on the member's share sessions, off
-// the caller's goroutine (l.mu may be held).
+// sendReleases releases offsets of a call that could not be staged
+// upstream on the member's share sessions, off the caller's goroutine (l.mu
+// may be held). An aborted transaction's releases are the resolver's
+// (Abort returns them).
 func (l *Ledger) sendReleases(call *Call, releases map[int32]upstream.Acks) {
-	for node, acks := range releases {
-		l.applier.Release(upstream.SessionKey{Node: node, Group: call.group, Member: call.member}, acks, call.txnID)
+	for k, acks := range call.bySession(releases) {
+		l.applier.Release(k, acks, call.txnID)
 	}
 }
 
