@@ -104,6 +104,9 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "relay" { // the reference relay process (relay.go)
 		return runRelay(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "ab" { // two binaries, alternately (ab.go)
+		return runAB(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
