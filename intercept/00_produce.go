@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"encoding/binary"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -138,7 +139,7 @@ func produceTxn(body []byte, version int16) (produceTxnState, bool) {
 		return produceTxnState{}, false
 	}
 	return produceTxnState{
-		txnID:      *h.txnID,
+		txnID:      strings.Clone(*h.txnID), // the body's buffer is reused
 		producerID: int64(binary.BigEndian.Uint64(records[43:])),
 		epoch:      int16(binary.BigEndian.Uint16(records[51:])),
 	}, true

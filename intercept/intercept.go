@@ -251,8 +251,7 @@ func onResponse[R kmsg.Response](key kmsg.Key, fn func(env *Env, resp R) bool) {
 
 // on registers key's request hook and the response rewriter that reads
 // what the hook left for the response: the same *S, or nil when the hook
-// left none (a request it did not decode, one answered locally). rewrite
-// may be nil (the hook's own Action decides everything).
+// left none (a request it did not decode, one answered locally).
 func on[S any, R kmsg.Response](key kmsg.Key, hook func(env *Env, r *Request) (Action, *S), rewrite func(env *Env, st *S, resp R) bool) {
 	handlers[key].Hook = func(env *Env, r *Request) Action {
 		act, st := hook(env, r)
@@ -261,11 +260,9 @@ func on[S any, R kmsg.Response](key kmsg.Key, hook func(env *Env, r *Request) (A
 		}
 		return act
 	}
-	if rewrite != nil {
-		handlers[key].Rewrite = func(env *Env, state any, resp kmsg.Response) bool {
-			st, _ := state.(*S)
-			return rewrite(env, st, resp.(R))
-		}
+	handlers[key].Rewrite = func(env *Env, state any, resp kmsg.Response) bool {
+		st, _ := state.(*S)
+		return rewrite(env, st, resp.(R))
 	}
 }
 

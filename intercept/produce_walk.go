@@ -8,7 +8,7 @@ import (
 
 // produceHead is the start of a Produce request body.
 type produceHead struct {
-	txnID    *string // v3+; a copy (the body's buffer is reused)
+	txnID    *string // v3+; aliases the body, whose buffer is reused: copy to keep
 	acks     int16
 	topicsAt int // offset of the topics array in the body
 }
@@ -31,9 +31,9 @@ func walkProduce(body []byte, version int16, onTopic func(name string, id [16]by
 	flexible := version >= 9
 	switch {
 	case flexible:
-		h.txnID = r.CompactNullableString()
+		h.txnID = r.UnsafeCompactNullableString()
 	case version >= 3:
-		h.txnID = r.NullableString()
+		h.txnID = r.UnsafeNullableString()
 	}
 	h.acks = r.Int16()
 	r.Int32() // timeout

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +24,7 @@ import (
 // upstream credentials, docs/design.md §9.2).
 type StartEnv struct {
 	Client     *upstream.Client
-	ClientOpts func(name string) []kgo.Opt
+	ClientOpts []kgo.Opt
 	Config     configs.Config
 }
 
@@ -61,7 +62,7 @@ func (e *KIP1289) Start(ctx context.Context, env StartEnv) error {
 	if err != nil {
 		return fmt.Errorf("shadow topic %s end offsets: %w", cfg.ShadowTopic, err)
 	}
-	t, err := markers.Follow(append(env.ClientOpts("shadow-tail"), upstream.Logger(e.log, "shadow-tail")), cfg.ShadowTopic, start, key, e.resolver)
+	t, err := markers.Follow(append(slices.Clone(env.ClientOpts), upstream.Logger(e.log, "shadow-tail")), cfg.ShadowTopic, start, key, e.resolver)
 	if err != nil {
 		return fmt.Errorf("tailing shadow topic %s: %w", cfg.ShadowTopic, err)
 	}

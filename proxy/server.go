@@ -21,7 +21,6 @@ import (
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/upstream"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -122,9 +121,8 @@ func (s *Server) KIP() *intercept.KIP1289 { return s.env.KIP }
 // (intercept.KIP1289.Start).
 func (s *Server) startFeature(ctx context.Context, cl *upstream.Client) error {
 	s.up.Store(cl)
-	return s.feature.Start(ctx, intercept.StartEnv{Client: cl, Config: s.cfg, ClientOpts: func(string) []kgo.Opt {
-		return upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL)
-	}})
+	return s.feature.Start(ctx, intercept.StartEnv{Client: cl, Config: s.cfg,
+		ClientOpts: upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL)})
 }
 
 // Metrics returns the server's metrics.

@@ -71,7 +71,6 @@ func NewLedger(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer,
 	return l
 }
 
-// Pending is the number of offsets staged or committed, not yet applied.
 // CallLimits are the most offsets and partitions one TxnShareAcknowledge
 // may stage (kip1289.max_offsets_per_call, max_partitions_per_call): a
 // shadow record naming more is not plausible either (markers).
@@ -79,6 +78,7 @@ func (l *Ledger) CallLimits() (offsets, partitions int) {
 	return l.cfg.MaxOffsetsPerCall, l.cfg.MaxPartitionsPerCall
 }
 
+// Pending is the number of offsets staged or committed, not yet applied.
 func (l *Ledger) Pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -423,13 +423,9 @@ func (c *Call) Loc() (loc Loc, ok bool) {
 
 // Acks are the call's acknowledgements by share session.
 func (c *Call) Acks() map[upstream.SessionKey]upstream.Acks {
-	out := map[upstream.SessionKey]upstream.Acks{}
+	out := Releases{}
 	for _, r := range c.offsets {
-		k := upstream.SessionKey{Node: r.node, Group: c.group, Member: c.member}
-		if out[k] == nil {
-			out[k] = upstream.Acks{}
-		}
-		out[k].Add(upstream.TopicPartition{Topic: r.part.topic, Partition: r.part.partition}, r.offset, r.ackType)
+		c.addRef(out, r, r.ackType)
 	}
 	return out
 }

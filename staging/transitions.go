@@ -47,7 +47,7 @@ func (l *Ledger) Commit(call *Call) {
 func (l *Ledger) unstage(call *Call) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	releases := map[int32]upstream.Acks{}
+	releases := Releases{}
 	for _, r := range call.offsets {
 		ps := l.parts[r.part]
 		if ps == nil {
@@ -58,7 +58,7 @@ func (l *Ledger) unstage(call *Call) {
 			if st.releaseReq {
 				// The client released it while it was being staged:
 				// release it upstream now.
-				addRef(releases, r, kip1289.Release)
+				call.addRef(releases, r, kip1289.Release)
 				delete(ps.offsets, r.offset)
 				ps.settle(r.offset, r.offset)
 				continue
@@ -84,7 +84,7 @@ func (l *Ledger) Abort(call *Call) Releases {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	releases := map[int32]upstream.Acks{}
+	releases := Releases{}
 	for _, r := range call.offsets {
 		ps := l.parts[r.part]
 		if ps == nil {
@@ -94,7 +94,7 @@ func (l *Ledger) Abort(call *Call) Releases {
 		if st == nil || st.call != call {
 			continue
 		}
-		addRef(releases, r, kip1289.Release)
+		call.addRef(releases, r, kip1289.Release)
 		if !st.clientAcked {
 			ps.oweAck(r.offset, call.member, now.Add(2*max(st.lock, time.Minute)))
 		}
@@ -102,34 +102,28 @@ func (l *Ledger) Abort(call *Call) Releases {
 		ps.settle(r.offset, r.offset)
 	}
 	l.addPendingLocked(-len(call.offsets))
-	return call.bySession(releases)
+	return releases
 }
 
-// Releases are RELEASE acknowledgements per share session.
+// Releases are acknowledgements per share session (RELEASEs, or a
+// committed call's types: Call.Acks).
 type Releases map[upstream.SessionKey]upstream.Acks
 
-// bySession keys acks of call by node to the member's session there.
-func (call *Call) bySession(acks map[int32]upstream.Acks) Releases {
-	out := Releases{}
-	for node, a := range acks {
-		out[upstream.SessionKey{Node: node, Group: call.group, Member: call.member}] = a
+// addRef adds offset r of call to m, on the member's session at r's node.
+func (call *Call) addRef(m Releases, r offRef, ty int8) {
+	k := upstream.SessionKey{Node: r.node, Group: call.group, Member: call.member}
+	if m[k] == nil {
+		m[k] = upstream.Acks{}
 	}
-	return out
-}
-
-func addRef(m map[int32]upstream.Acks, r offRef, ty int8) {
-	if m[r.node] == nil {
-		m[r.node] = upstream.Acks{}
-	}
-	m[r.node].Add(upstream.TopicPartition{Topic: r.part.topic, Partition: r.part.partition}, r.offset, ty)
+	m[k].Add(upstream.TopicPartition{Topic: r.part.topic, Partition: r.part.partition}, r.offset, ty)
 }
 
 // sendReleases releases offsets of a call that could not be staged
 // upstream on the member's share sessions, off the caller's goroutine (l.mu
 // may be held). An aborted transaction's releases are the resolver's
 // (Abort returns them).
-func (l *Ledger) sendReleases(call *Call, releases map[int32]upstream.Acks) {
-	for k, acks := range call.bySession(releases) {
+func (l *Ledger) sendReleases(call *Call, releases Releases) {
+	for k, acks := range releases {
 		l.applier.Release(k, acks, call.txnID)
 	}
 }
