@@ -71,8 +71,16 @@ type conn struct {
 	closeOnce sync.Once
 	reason    atomic.Value // string: why the pair was closed
 	draining  atomic.Bool
-	holding   atomic.Bool // the client is gone; the upstream stays open for its share sessions
-	clientEOF atomic.Bool // the client closed its side; the responses it is owed go out first
+	// dlMu orders the read deadline's two writers: readRequestFrame sets
+	// the next read's deadline, interruptRead (drain, Authenticated past
+	// the principal's share) sets it to now from another goroutine. Without
+	// it the reader could compute a deadline, the interrupt set now, and
+	// the reader then overwrite now with its own (timeouts.client_idle
+	// away), leaving a connection that was to close open for minutes.
+	dlMu        sync.Mutex
+	interrupted bool        // under dlMu: reads end now; set once, never cleared
+	holding     atomic.Bool // the client is gone; the upstream stays open for its share sessions
+	clientEOF   atomic.Bool // the client closed its side; the responses it is owed go out first
 
 	// Admission (timeouts.client_authenticate,
 	// limits.max_connections_per_principal): until the client sent its
@@ -188,6 +196,16 @@ func (c *conn) close(reason string) {
 // delivered, then the pair closes.
 func (c *conn) drain() {
 	c.draining.Store(true)
+	c.interruptRead()
+}
+
+// interruptRead ends the client read under way, and every later one, at
+// once: each sees a deadline in the past. The caller records why first
+// (draining, stopReading), so the reader knows what its error means.
+func (c *conn) interruptRead() {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	c.interrupted = true
 	c.client.SetReadDeadline(time.Now())
 }
 
@@ -232,7 +250,7 @@ func (c *conn) Authenticated(principal string) {
 		c.log.Warn("closing connection: limits.max_connections_per_principal are open for its principal already",
 			"principal", principal, "limit", c.s.cfg.Limits.MaxConnectionsPerPrincipal)
 		c.stopReading("max_connections_per_principal")
-		c.client.SetReadDeadline(time.Now())
+		c.interruptRead()
 		return
 	}
 	c.principal = principal

@@ -19,12 +19,11 @@ import (
 // request (or, where the upstream requires SASL, authenticated) within
 // timeouts.client_authenticate of being accepted.
 func (c *conn) readRequestFrame() ([]byte, error) {
-	if deadline := c.readDeadline(); !deadline.IsZero() && !c.draining.Load() {
+	c.dlMu.Lock()
+	if deadline := c.readDeadline(); !deadline.IsZero() && !c.interrupted {
 		c.client.SetReadDeadline(deadline)
-		if c.draining.Load() { // drain raced with us: keep its deadline
-			c.client.SetReadDeadline(time.Now())
-		}
 	}
+	c.dlMu.Unlock()
 	frame, err := ReadFrame(c.cr, c.s.cfg.Limits.MaxFrameBytes)
 	if err == nil && !c.s.requireAuth {
 		c.admitted.Store(true) // nothing to authenticate: the first request admits it

@@ -3,8 +3,11 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -304,5 +307,47 @@ func TestInjectPassesBackPressure(t *testing.T) {
 		if corr := readCorr(t, cl); corr != 1000+i {
 			t.Fatalf("response %d has correlation id %d, want %d", i+1, corr, 1000+i)
 		}
+	}
+}
+
+// TestInterruptedReadStaysInterrupted: a read interrupted (drain, or
+// Authenticated past the principal's share) before the reader sets its own
+// deadline ends at once, instead of waiting timeouts.client_idle. Before
+// dlMu the reader overwrote the interrupt's deadline with now+client_idle
+// when the two raced (CI: TestAttackOnePrincipalTakesNoOthersConnections saw
+// no close within 10 s); this is that interleaving, made deterministic.
+func TestInterruptedReadStaysInterrupted(t *testing.T) {
+	cfg := configs.Default()
+	cfg.Timeouts.ClientIdle = 10 * time.Minute
+	cfg.Timeouts.ClientAuthenticate = 10 * time.Minute
+	s := &Server{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	served, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer served.Close()
+	c := newConn(s, served, "test", -1)
+
+	c.stopReading("max_connections_per_principal")
+	c.interruptRead()
+	done := make(chan error, 1)
+	go func() { _, err := c.readRequestFrame(); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the interrupted read ended with %v, want a deadline exceeded", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the read interrupted before it set its deadline is still waiting (for timeouts.client_idle)")
 	}
 }
