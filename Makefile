@@ -90,6 +90,7 @@ test-kfake:
 fuzz:
 	.ci/fuzz FuzzReadFrame ./proxy $(FUZZTIME)
 	.ci/fuzz FuzzParseRequestHeader ./proxy $(FUZZTIME)
+	.ci/fuzz FuzzRewriters ./proxy $(FUZZTIME)
 	.ci/fuzz FuzzRewriters ./intercept $(FUZZTIME)
 	.ci/fuzz FuzzProduceTxn ./intercept $(FUZZTIME)
 	.ci/fuzz FuzzClientAcks ./staging $(FUZZTIME)

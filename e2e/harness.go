@@ -26,6 +26,7 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/e2e/sim"
+	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/internal/syncbuf"
 	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/upstream"
@@ -111,6 +112,7 @@ func RealBackend(t testing.TB) *Backend {
 // as the sharetx command runs it).
 type Proxy struct {
 	*proxy.Server
+	kip  *intercept.KIP1289 // the proxy's filter
 	Addr string
 	// Client is a client of the upstream cluster for the test's own calls
 	// (the proxy's Run has one of its own).
@@ -120,6 +122,9 @@ type Proxy struct {
 	ready chan struct{} // closed once Run says it is ready
 	done  chan error    // Run's result
 }
+
+// KIP is the proxy's transactional-acknowledgement engine, its filter.
+func (p *Proxy) KIP() *intercept.KIP1289 { return p.kip }
 
 // ProxyOpt adjusts the proxy's configuration before it starts.
 type ProxyOpt func(*configs.Config)
@@ -170,7 +175,12 @@ func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
-	srv, err := proxy.New(cfg, log, nil)
+	var kip *intercept.KIP1289
+	srv, err := proxy.New(cfg, log, nil, func(fc proxy.FilterContext) (proxy.Filter, error) {
+		k, err := intercept.New(fc)
+		kip = k
+		return k, err
+	})
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
@@ -182,7 +192,7 @@ func startProxyNoWait(t testing.TB, seeds []string, opts ...ProxyOpt) *Proxy {
 	if err != nil {
 		t.Fatalf("test upstream client: %v", err)
 	}
-	p := &Proxy{Server: srv, Client: cl, Logs: logs, ready: make(chan struct{}), done: make(chan error, 1)}
+	p := &Proxy{Server: srv, kip: kip, Client: cl, Logs: logs, ready: make(chan struct{}), done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	listening := make(chan struct{})
 	go func() {

@@ -5,28 +5,15 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/proxy"
 )
 
-// Produce v10+ carries KIP-951 NodeEndpoints (tag 0) when the leader moved:
-// the client dials them directly, so they must name proxy listeners. A
-// Produce with acks=0 gets no response at all.
-//
-// A transactional Produce also tells the KIP-1289 engine which producer id
+// Produce: a transactional Produce tells the KIP-1289 engine which producer id
 // and epoch its transactional id holds, once the broker accepted it: a proxy
 // that restarted under a running application learns its transactions from
 // their next write instead of refusing their TxnShareAcknowledge with
 // INVALID_PRODUCER_ID_MAPPING.
-func init() {
-	on(kmsg.Produce, produceRequest, produceResponse)
-	describe(kmsg.Produce, func(h *Handler) {
-		h.HookKeepsNothing = true // produceTxn copies the transactional id; a ride builds a new body
-		h.Responds = func(r *Request) (bool, error) {
-			acks, err := produceAcks(r.Body(), r.Version)
-			return acks != 0, err
-		}
-	})
-}
-
 // produceState is what a Produce request leaves for its response, one of:
 // the shadow-topic partitions split off it (touch.go), the shadow batch
 // riding in it (ride.go, with its transaction), or its transaction.
@@ -37,34 +24,29 @@ type produceState struct {
 }
 
 // produceRequest is the KIP-1289 engine's part of a Produce request.
-func produceRequest(env *Env, r *Request) (Action, *produceState) {
+func (e *KIP1289) produceRequest(r *proxy.Request) (proxy.Action, *produceState) {
 	t, isTxn := produceTxn(r.Body(), r.Version)
 	if isTxn {
-		t.ident = env.KIP.identOf(r.Conn)
+		t.ident = r.Conn.Principal()
 	}
-	if act, sp := env.KIP.shadowWrites(r, t, isTxn); act != nil {
+	if act, sp := e.shadowWrites(r, t, isTxn); act != nil {
 		if sp != nil {
 			return *act, &produceState{touch: sp}
 		}
 		return *act, nil
 	}
 	if isTxn {
-		env.KIP.produces.start(t)
-		if act, rs := env.KIP.rideOn(r, t); act != nil {
+		e.produces.start(t)
+		if act, rs := e.rideOn(r, t); act != nil {
 			return *act, &produceState{ride: rs}
 		}
-		return Action{}, &produceState{txn: &t}
+		return proxy.Action{}, &produceState{txn: &t}
 	}
-	return Action{}, nil
+	return proxy.Action{}, nil
 }
 
-func produceResponse(env *Env, st *produceState, resp *kmsg.ProduceResponse) bool {
-	changed := advertiseBrokers(env, resp)
-	return produceLearn(env, st, resp) || changed
-}
-
-// produceLearn is the KIP-1289 engine's part of a Produce response.
-func produceLearn(env *Env, st *produceState, resp *kmsg.ProduceResponse) bool {
+// produceResponse is the KIP-1289 engine's part of a Produce response.
+func (e *KIP1289) produceResponse(st *produceState, resp *kmsg.ProduceResponse) bool {
 	if st == nil {
 		return false
 	}
@@ -72,29 +54,23 @@ func produceLearn(env *Env, st *produceState, resp *kmsg.ProduceResponse) bool {
 		// Not counted in produces (shadowWrites returned before start):
 		// the broker's answer to the rest teaches the transaction.
 		if sp.isTxn && produceOK(resp) {
-			env.KIP.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
+			e.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
 		}
-		env.KIP.mergeShadow(sp, resp)
+		e.mergeShadow(sp, resp)
 		return true
 	}
 	changed, t := false, st.txn
 	if rs := st.ride; rs != nil {
-		env.KIP.rideAnswered(rs, resp)
+		e.rideAnswered(rs, resp)
 		t, changed = &rs.txn, true
 	}
 	if t != nil {
-		env.KIP.produces.done(*t)
+		e.produces.done(*t)
 		if produceOK(resp) {
-			env.KIP.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
+			e.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
 		}
 	}
 	return changed
-}
-
-// produceAcks reads the acks field of a Produce request body.
-func produceAcks(b []byte, version int16) (int16, error) {
-	h, err := walkProduce(b, version, nil, nil)
-	return h.acks, err
 }
 
 type produceTxnState struct {
@@ -126,11 +102,11 @@ func produceTxn(body []byte, version int16) (produceTxnState, bool) {
 	}
 	var records []byte
 	read := false
-	h, err := walkProduce(body, version, func(string, [16]byte) bool { return true }, func(_ int32, recs []byte) bool {
+	h, err := proxy.WalkProduce(body, version, func(string, [16]byte) bool { return true }, func(_ int32, recs []byte) bool {
 		records, read = recs, true
 		return false // the first partition's first batch is enough
 	})
-	if err != nil || !read || h.txnID == nil || *h.txnID == "" {
+	if err != nil || !read || h.TxnID == nil || *h.TxnID == "" {
 		return produceTxnState{}, false
 	}
 	// Record batch v2: producerId at 43, producerEpoch at 51; magic at 16,
@@ -139,7 +115,7 @@ func produceTxn(body []byte, version int16) (produceTxnState, bool) {
 		return produceTxnState{}, false
 	}
 	return produceTxnState{
-		txnID:      strings.Clone(*h.txnID), // the body's buffer is reused
+		txnID:      strings.Clone(*h.TxnID), // the body's buffer is reused
 		producerID: int64(binary.BigEndian.Uint64(records[43:])),
 		epoch:      int16(binary.BigEndian.Uint16(records[51:])),
 	}, true

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/proxy"
 )
 
 // initState is what an InitProducerId response needs of its request.
@@ -15,21 +17,20 @@ type initState struct {
 // InitProducerId: the proxy learns which producer id and epoch a
 // transactional id holds, so a TxnShareAcknowledge can only write into a
 // transaction whose InitProducerId went through this proxy.
-func init() { on(kmsg.InitProducerID, initProducerIDRequest, initProducerIDResponse) }
 
-func initProducerIDRequest(env *Env, r *Request) (Action, *initState) {
+func (e *KIP1289) initProducerIDRequest(r *proxy.Request) (proxy.Action, *initState) {
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.Version = r.Version
 	if req.ReadFrom(r.Body()) != nil || req.TransactionalID == nil {
-		return Action{}, nil
+		return proxy.Action{}, nil
 	}
-	return Action{}, &initState{env.KIP.identOf(r.Conn), *req.TransactionalID, time.Duration(req.TransactionTimeoutMillis) * time.Millisecond}
+	return proxy.Action{}, &initState{r.Conn.Principal(), *req.TransactionalID, time.Duration(req.TransactionTimeoutMillis) * time.Millisecond}
 }
 
-func initProducerIDResponse(env *Env, st *initState, resp *kmsg.InitProducerIDResponse) bool {
+func (e *KIP1289) initProducerIDResponse(st *initState, resp *kmsg.InitProducerIDResponse) bool {
 	if st != nil && resp.ErrorCode == 0 {
-		env.KIP.setTxn(st.ident, st.txnID, resp.ProducerID, resp.ProducerEpoch)
-		env.KIP.ledger.SetTxnTimeout(st.txnID, st.timeout)
+		e.setTxn(st.ident, st.txnID, resp.ProducerID, resp.ProducerEpoch)
+		e.ledger.SetTxnTimeout(st.txnID, st.timeout)
 	}
 	return false
 }

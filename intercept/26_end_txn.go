@@ -1,38 +1,41 @@
 package intercept
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/proxy"
+)
 
 // EndTxn: a successful EndTxn response is the coordinator's decision, used
 // as the fast path to resolve staged acknowledgements (the control markers
 // remain the path that cannot be missed). Under transaction version 2 (EndTxn v5+) every EndTxn bumps the
 // producer epoch and the response carries the new one; the proxy follows it
 // so the next transaction's TxnShareAcknowledge is checked against it.
-func init() { on(kmsg.EndTxn, endTxnRequest, endTxnResponse) }
 
 type endTxnState struct {
 	req   *kmsg.EndTxnRequest
 	ident string
 }
 
-func endTxnRequest(env *Env, r *Request) (Action, *endTxnState) {
+func (e *KIP1289) endTxnRequest(r *proxy.Request) (proxy.Action, *endTxnState) {
 	req := kmsg.NewPtrEndTxnRequest()
 	req.Version = r.Version
 	if req.ReadFrom(r.Body()) != nil {
-		return Action{}, nil
+		return proxy.Action{}, nil
 	}
-	return Action{}, &endTxnState{req, env.KIP.identOf(r.Conn)}
+	return proxy.Action{}, &endTxnState{req, r.Conn.Principal()}
 }
 
-func endTxnResponse(env *Env, st *endTxnState, resp *kmsg.EndTxnResponse) bool {
+func (e *KIP1289) endTxnResponse(st *endTxnState, resp *kmsg.EndTxnResponse) bool {
 	if st == nil || resp.ErrorCode != 0 {
 		return false
 	}
 	req := st.req
 	// The coordinator decided: resolve now (the markers tailer resolves
 	// the same records again later, which changes nothing).
-	env.KIP.resolver.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
+	e.resolver.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
 	if resp.Version >= 5 {
-		env.KIP.setTxn(st.ident, req.TransactionalID, resp.ProducerID, resp.ProducerEpoch)
+		e.setTxn(st.ident, req.TransactionalID, resp.ProducerID, resp.ProducerEpoch)
 	}
 	return false
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 	"github.com/sharetx/sharetx/upstream"
 )
@@ -57,10 +58,10 @@ func (st *shareState) sessionKey() upstream.SessionKey {
 // onSession translates the request's share-session epoch (epoch points
 // into req) and returns the action: the session stays locked until the
 // request is written, so epochs reach the broker in the order assigned.
-func (e *KIP1289) onSession(r *Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) Action {
+func (e *KIP1289) onSession(r *proxy.Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) proxy.Action {
 	step := e.sessions.Get(st.sessionKey()).Begin(r.Conn, st.ident, *epoch, r.Version)
 	e.mSessionWait.Observe(step.Waited.Seconds())
-	act := Action{After: step.Unlock}
+	act := proxy.Action{Written: step.Written}
 	if step.Foreign {
 		st.foreign = true
 	} else if step.Epoch != *epoch {
@@ -119,21 +120,19 @@ func deref(s *string) string {
 // piggybacked acknowledgements, from which it holds back offsets that are
 // TX_PENDING or committed. The response tells the proxy which member
 // acquired which offsets, and carries NodeEndpoints when a leader moved.
-func init() { on(kmsg.ShareFetch, shareFetchRequest, shareFetchResponse) }
 
-func shareFetchRequest(env *Env, r *Request) (Action, *shareState) {
-	e := env.KIP
+func (e *KIP1289) shareFetchRequest(r *proxy.Request) (proxy.Action, *shareState) {
 	req := kmsg.NewPtrShareFetchRequest()
 	req.Version = r.Version
 	if req.ReadFrom(r.Body()) != nil {
-		return Action{}, nil // the broker answers the malformed request
+		return proxy.Action{}, nil // the broker answers the malformed request
 	}
-	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
+	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: r.Conn.Principal()}
 	if e.foreignMember("ShareFetch", st) {
 		resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
 		resp.SetVersion(r.Version)
 		resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
-		return Action{Local: resp}, nil
+		return proxy.Action{Local: resp}, nil
 	}
 	changed := false
 	for ti := range req.Topics {
@@ -167,13 +166,12 @@ func shareFetchRequest(env *Env, r *Request) (Action, *shareState) {
 	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req), st
 }
 
-func shareFetchResponse(env *Env, st *shareState, resp *kmsg.ShareFetchResponse) bool {
-	changed := advertiseBrokers(env, resp)
-	env.KIP.noteSessionError(resp.ErrorCode, st, "ShareFetch")
+func (e *KIP1289) shareFetchResponse(st *shareState, resp *kmsg.ShareFetchResponse) bool {
+	e.noteSessionError(resp.ErrorCode, st, "ShareFetch")
 	if st == nil || resp.ErrorCode != 0 {
-		return changed
+		return false
 	}
-	env.KIP.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {
+	e.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
 				if t.TopicID == topic && rp.Partition == part {
@@ -187,17 +185,15 @@ func shareFetchResponse(env *Env, st *shareState, resp *kmsg.ShareFetchResponse)
 	if lock <= 0 {
 		lock = 30 * time.Second
 	}
-	if env.KIP.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock) {
-		changed = true
-	}
-	reject := env.KIP.cfg.ClientAcks == "reject"
+	changed := e.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock)
+	reject := e.cfg.ClientAcks == "reject"
 	answered := map[[16]byte]map[int32]bool{}
 	for ti := range resp.Topics {
 		t := &resp.Topics[ti]
 		for pi := range t.Partitions {
 			p := &t.Partitions[pi]
 			if p.ErrorCode == 0 {
-				env.KIP.ledger.Acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
+				e.ledger.Acquired(st.ident, st.node, st.group, st.member, t.TopicID, p.Partition, p.AcquiredRecords, lock)
 			}
 			if !st.held[t.TopicID][p.Partition] {
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -13,21 +14,19 @@ import (
 // ShareFetch. A partition whose acks were all held back is dropped from the
 // request and answered by the proxy (success when absorbing,
 // INVALID_RECORD_STATE when rejecting). NodeEndpoints are rewritten.
-func init() { on(kmsg.ShareAcknowledge, shareAcknowledgeRequest, shareAcknowledgeResponse) }
 
-func shareAcknowledgeRequest(env *Env, r *Request) (Action, *shareState) {
-	e := env.KIP
+func (e *KIP1289) shareAcknowledgeRequest(r *proxy.Request) (proxy.Action, *shareState) {
 	req := kmsg.NewPtrShareAcknowledgeRequest()
 	req.Version = r.Version
 	if req.ReadFrom(r.Body()) != nil {
-		return Action{}, nil
+		return proxy.Action{}, nil
 	}
-	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: e.identOf(r.Conn)}
+	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: r.Conn.Principal()}
 	if e.foreignMember("ShareAcknowledge", st) {
 		resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
 		resp.SetVersion(r.Version)
 		resp.ErrorCode, resp.ErrorMessage = kerr.GroupAuthorizationFailed.Code, kmsg.StringPtr(foreignMemberMsg)
-		return Action{Local: resp}, nil
+		return proxy.Action{Local: resp}, nil
 	}
 	changed := false
 	if !req.IsRenewAck {
@@ -70,17 +69,16 @@ func shareAcknowledgeRequest(env *Env, r *Request) (Action, *shareState) {
 	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req), st
 }
 
-func shareAcknowledgeResponse(env *Env, st *shareState, resp *kmsg.ShareAcknowledgeResponse) bool {
-	changed := advertiseBrokers(env, resp)
-	env.KIP.noteSessionError(resp.ErrorCode, st, "ShareAcknowledge")
+func (e *KIP1289) shareAcknowledgeResponse(st *shareState, resp *kmsg.ShareAcknowledgeResponse) bool {
+	e.noteSessionError(resp.ErrorCode, st, "ShareAcknowledge")
 	if st == nil || resp.ErrorCode != 0 {
-		return changed
+		return false
 	}
-	env.KIP.applyPlans(st, ackCodes(resp))
+	e.applyPlans(st, ackCodes(resp))
 	if len(st.held) == 0 {
-		return changed
+		return false
 	}
-	return addHeldPartitions(resp, st, env.KIP.cfg.ClientAcks == "reject") || changed
+	return addHeldPartitions(resp, st, e.cfg.ClientAcks == "reject")
 }
 
 // ackCodes looks up a partition's code in a ShareAcknowledge response.
@@ -145,8 +143,8 @@ func addHeldPartitions(resp *kmsg.ShareAcknowledgeResponse, st *shareState, reje
 // applied: closing now would release those records for redelivery. The
 // close waits (up to kip1289.close_hold) until they are applied, then goes
 // upstream on the client's connection, and its answer is the client's.
-func (e *KIP1289) holdClose(r *Request, st *shareState, req *kmsg.ShareAcknowledgeRequest) Action {
-	return Action{Async: func() kmsg.Response {
+func (e *KIP1289) holdClose(r *proxy.Request, st *shareState, req *kmsg.ShareAcknowledgeRequest) proxy.Action {
+	return proxy.Action{Async: func() kmsg.Response {
 		if !e.waitHeld(st.node, st.group, st.member, e.cfg.CloseHold) {
 			e.log.Warn("closing a share session with acknowledgements still not applied (kip1289.close_hold passed)",
 				"group", st.group, "member", st.member, "node", st.node)

@@ -11,17 +11,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/internal/promstat"
 	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/markers"
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 	"github.com/sharetx/sharetx/upstream"
 )
 
-// KIP1289 is the transactional-acknowledgement feature, as the per-API
-// hooks of this package use it (docs/design.md §2). It holds the parts,
+// KIP1289 is the transactional-acknowledgement feature: the proxy's one
+// filter (proxy.Filter), built complete by New from the context the
+// transport hands it, its hooks declared by Register (docs/design.md §2).
+// It holds the parts,
 // each of which owns one concern:
 //
 //   - staging.Ledger: what the proxy learned from the traffic (members,
@@ -32,18 +36,18 @@ import (
 //     transaction markers or the EndTxn answer; applying; recovery;
 //   - upstream.Sessions and upstream.Applier: the members' share sessions
 //     and every request the proxy sends on them;
-//   - identities: who each connection is (identity.go).
 //
-// All of them are built by NewKIP1289; Start (startup.go) adds the Stager
-// and the shadow topic's markers.Tailer.
+// Who each connection is, the transport says (proxy.Conn.Principal). All
+// of the parts are built by New; Start (startup.go) adds the Stager and the
+// shadow topic's markers.Tailer.
 type KIP1289 struct {
 	cfg         configs.KIP1289
+	full        configs.Config // the shadow key comes from the upstream credentials (docs/design.md §9.2)
 	key         int16
 	log         *slog.Logger
 	proxyID     string
 	requireAuth bool // the upstream requires SASL: unauthenticated callers are closed
 
-	ids      identities
 	ledger   *staging.Ledger
 	sessions *upstream.Sessions
 	applier  *upstream.Applier
@@ -70,17 +74,47 @@ type KIP1289 struct {
 	mFailures    *prometheus.CounterVec
 }
 
-// NewKIP1289 builds the feature from its configuration (validated:
-// configs.Load, or configs.Default changed; its limits have no other
-// default): side is the proxy's
-// own connection to the brokers, requireAuth says the upstream listener
-// requires SASL (a TxnShareAcknowledge on a connection that did not
-// authenticate closes it, as the broker closes one that sends requests
-// before authenticating). Metrics are registered in reg (nil: not
-// registered). It learns from the traffic at once; TxnShareAcknowledge is
-// answered COORDINATOR_NOT_AVAILABLE (retriable) until Start, for at most
-// kip1289.not_ready_retry_for; TRANSACTION_ABORTABLE after that.
-func NewKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, side upstream.SideChannel, requireAuth bool) *KIP1289 {
+// New builds the feature as the transport's filter (cmd/sharetx hands it
+// to proxy.New): fc.Config.KIP1289 configures it (validated: configs.Load,
+// or configs.Default changed; its limits have no other default), fc.Send is
+// the proxy's own connection to the brokers, fc.RequireAuth says the
+// upstream listener requires SASL (a TxnShareAcknowledge on a connection
+// that did not authenticate closes it, as the broker closes one that sends
+// requests before authenticating). Metrics are registered in fc.Registry
+// (nil: not registered). It learns from the traffic at once;
+// TxnShareAcknowledge is answered COORDINATOR_NOT_AVAILABLE (retriable)
+// until Start, for at most kip1289.not_ready_retry_for;
+// TRANSACTION_ABORTABLE after that.
+func New(fc proxy.FilterContext) (*KIP1289, error) {
+	e := newKIP1289(fc.Config.KIP1289, fc.Log, fc.Registry, fc.Send, fc.RequireAuth)
+	e.full = fc.Config
+	return e, nil
+}
+
+// NewFilter is New as a proxy.NewFilter.
+func NewFilter(fc proxy.FilterContext) (proxy.Filter, error) { return New(fc) }
+
+var _ proxy.Filter = (*KIP1289)(nil)
+
+// Register declares the feature's hooks: one per key it takes part in, each
+// in the key's file, and the key it serves (txn_share_acknowledge.go).
+func (e *KIP1289) Register(h *proxy.Hooks) {
+	proxy.On(h, kmsg.Produce, e.produceRequest, e.produceResponse)
+	h.KeepsNothing(kmsg.Produce) // produceTxn copies the transactional id; a ride builds a new body
+	proxy.OnResponse(h, kmsg.ApiVersions, e.apiVersionsResponse)
+	proxy.On(h, kmsg.InitProducerID, e.initProducerIDRequest, e.initProducerIDResponse)
+	proxy.On(h, kmsg.EndTxn, e.endTxnRequest, e.endTxnResponse)
+	proxy.On(h, kmsg.ShareGroupHeartbeat, e.shareGroupHeartbeatRequest, e.shareGroupHeartbeatResponse)
+	proxy.On(h, kmsg.ShareFetch, e.shareFetchRequest, e.shareFetchResponse)
+	proxy.On(h, kmsg.ShareAcknowledge, e.shareAcknowledgeRequest, e.shareAcknowledgeResponse)
+	// TxnShareAcknowledge is flexible from v0 (request header v2) and
+	// decoded whole.
+	h.Serve(e.key, "TxnShareAcknowledge", 0, e.txnShareAcknowledgeRequest)
+}
+
+// newKIP1289 builds the feature from its part of the configuration: side
+// is the proxy's own connection to the brokers (New says the rest).
+func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, side upstream.SideChannel, requireAuth bool) *KIP1289 {
 	id := cfg.ProxyID
 	if id == "" {
 		host, _ := os.Hostname()
@@ -132,6 +166,14 @@ func (e *KIP1289) Resolver() *markers.Resolver { return e.resolver }
 
 // Recovered reports whether the shadow topic was read back (Start).
 func (e *KIP1289) Recovered() bool { return e.resolver.IsRecovered() }
+
+// Ready implements proxy.Filter: ready once the shadow topic was read back.
+func (e *KIP1289) Ready() (bool, string) {
+	if !e.Recovered() {
+		return false, "the shadow topic " + e.cfg.ShadowTopic + " has not been read back yet (staged and committed acknowledgements are being recovered)"
+	}
+	return true, ""
+}
 
 // Key is the API key of TxnShareAcknowledge.
 func (e *KIP1289) Key() int16 { return e.key }
@@ -261,7 +303,7 @@ func (e *KIP1289) waitHeld(node int32, group, member string, d time.Duration) bo
 // HoldsSessionsOn reports whether a share session on connection c has
 // acknowledgements staged or committed and not yet applied: closing c's
 // upstream connection would release those records.
-func (e *KIP1289) HoldsSessionsOn(c Conn) bool {
+func (e *KIP1289) HoldsSessionsOn(c proxy.Conn) bool {
 	if e.cfg.CloseHold <= 0 {
 		return false
 	}
@@ -274,8 +316,23 @@ func (e *KIP1289) HoldsSessionsOn(c Conn) bool {
 }
 
 // WaitSessionsDrained waits until no share session on c holds
-// acknowledgements not yet applied, or d passes.
-func (e *KIP1289) WaitSessionsDrained(c Conn, d time.Duration) bool {
+// acknowledgements not yet applied, or kip1289.close_hold passes (then it
+// says so).
+func (e *KIP1289) WaitSessionsDrained(c proxy.Conn) {
+	if !e.waitSessionsDrained(c, e.cfg.CloseHold) {
+		e.log.Warn("gave up holding the upstream connection of a gone client; its unapplied acknowledgements are lost and the records will be redelivered",
+			"hold", e.cfg.CloseHold)
+	}
+}
+
+// Started is the line the transport prints once Start succeeded.
+func (e *KIP1289) Started() string {
+	return fmt.Sprintf("TxnShareAcknowledge served on API key %d; shadow topic %s", e.key, e.cfg.ShadowTopic)
+}
+
+// waitSessionsDrained waits until no share session on c holds
+// acknowledgements not yet applied, or d passes; false if d passed.
+func (e *KIP1289) waitSessionsDrained(c proxy.Conn, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for e.HoldsSessionsOn(c) {
 		if time.Now().After(deadline) || e.ctx.Err() != nil {

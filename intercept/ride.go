@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 )
 
@@ -26,13 +27,13 @@ type rideState struct {
 // rideOn appends the shadow batch of a TxnShareAcknowledge waiting for this
 // transaction (if any, and if the request can carry it) and returns the
 // action, or nil to forward the request as it came.
-func (e *KIP1289) rideOn(r *Request, t produceTxnState) (*Action, *rideState) {
+func (e *KIP1289) rideOn(r *proxy.Request, t produceTxnState) (*proxy.Action, *rideState) {
 	s := e.stager.Load()
 	if s == nil || r.Version < 12 || !s.Waiting(t.txnID) {
 		return nil, nil // the common case: a map lookup, nothing walked
 	}
 	body := r.Body()
-	if acks, err := produceAcks(body, r.Version); err != nil || acks != -1 {
+	if h, err := proxy.WalkProduce(body, r.Version, nil, nil); err != nil || h.Acks != -1 {
 		return nil, nil
 	}
 	if _, _, ok := e.shadowTopicID(); !ok {
@@ -47,17 +48,17 @@ func (e *KIP1289) rideOn(r *Request, t produceTxnState) (*Action, *rideState) {
 		ride.Finish(staging.RideOutcome{NotSent: true})
 		return nil, nil
 	}
-	return &Action{Body: out}, &rideState{txn: t, ride: ride}
+	return &proxy.Action{Body: out}, &rideState{txn: t, ride: ride}
 }
 
 // spliceProduceTopic returns a flexible (v12+) Produce request body with
 // one more topic first in its topics: the reservation's partition and batch.
 func spliceProduceTopic(body []byte, version int16, res *staging.Reservation) ([]byte, bool) {
-	h, err := walkProduce(body, version, nil, nil)
+	h, err := proxy.WalkProduce(body, version, nil, nil)
 	if err != nil {
 		return nil, false
 	}
-	pos := h.topicsAt
+	pos := h.TopicsAt
 	n, w := binary.Uvarint(body[pos:])
 	if w <= 0 || n == 0 { // a null topics array cannot be
 		return nil, false

@@ -1,8 +1,6 @@
 package intercept
 
 import (
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +11,9 @@ import (
 // follow what the ledger holds (a member and a transaction learned show up).
 func TestSizesCollector(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	e := NewKIP1289(configs.Default().KIP1289, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, nil, false)
+	fc := fakeContext(configs.Default().KIP1289)
+	fc.Registry = reg
+	e, _ := New(fc)
 	defer e.Close()
 	entries := func() map[string]float64 {
 		mfs, err := reg.Gather()

@@ -9,24 +9,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/markers"
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 	"github.com/sharetx/sharetx/upstream"
 )
-
-// StartEnv is what the transport hands the feature once the cluster
-// answers: its own client of the brokers (the side channel), the options
-// for a client of the feature's own (the transport's seeds, dialer and
-// SASL), and the whole configuration (the shadow key comes from the
-// upstream credentials, docs/design.md §9.2).
-type StartEnv struct {
-	Client     *upstream.Client
-	ClientOpts []kgo.Opt
-	Config     configs.Config
-}
 
 // Start prepares the KIP-1289 path once the cluster answers: it creates the
 // shadow topic when missing, reads it back for kip1289.recovery_lookback
@@ -36,9 +25,9 @@ type StartEnv struct {
 // (retriable), TRANSACTION_ABORTABLE once that has lasted
 // kip1289.not_ready_retry_for. A failed Start leaves nothing running and
 // may be called again; once it succeeded, not again.
-func (e *KIP1289) Start(ctx context.Context, env StartEnv) error {
+func (e *KIP1289) Start(ctx context.Context, env proxy.StartEnv) error {
 	cfg, cl := e.cfg, env.Client
-	key, keySource, err := ShadowKey(env.Config)
+	key, keySource, err := ShadowKey(e.full)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/kip1289"
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 )
 
@@ -68,7 +69,7 @@ func (e *KIP1289) shadowTopicID() ([16]byte, int32, bool) {
 // nil to forward it as it came (it names no partition of the shadow topic:
 // the common case, walked without reading the records), or the action that
 // relays its touch and refuses the rest of the shadow topic.
-func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) (*Action, *touchSplit) {
+func (e *KIP1289) shadowWrites(r *proxy.Request, t produceTxnState, isTxn bool) (*proxy.Action, *touchSplit) {
 	id, n, known := e.shadowTopicID()
 	name := e.cfg.ShadowTopic
 	body := r.Body()
@@ -81,10 +82,10 @@ func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) (*Acti
 	req := kmsg.NewPtrProduceRequest()
 	req.Version = r.Version
 	if req.ReadFrom(body) != nil { // the records alias body: nothing copied
-		return &Action{Close: "malformed_frame"}, nil
+		return &proxy.Action{Close: "malformed_frame"}, nil
 	}
 	if req.Acks == 0 {
-		return &Action{Close: "shadow_topic_write_refused"}, nil
+		return &proxy.Action{Close: "shadow_topic_write_refused"}, nil
 	}
 	touchPart := int32(-1)
 	if isTxn && known && n >= 2 && e.side != nil && e.ledger.OwnsTxn(t.txnID, t.producerID, t.ident) {
@@ -131,14 +132,14 @@ func (e *KIP1289) shadowWrites(r *Request, t produceTxnState, isTxn bool) (*Acti
 		}()
 	}
 	if len(req.Topics) == 0 {
-		return &Action{Async: func() kmsg.Response {
+		return &proxy.Action{Async: func() kmsg.Response {
 			resp := req.ResponseKind().(*kmsg.ProduceResponse)
 			resp.SetVersion(r.Version)
 			e.mergeShadow(sp, resp)
 			return resp
 		}}, nil
 	}
-	return &Action{Body: req.AppendTo(nil)}, sp
+	return &proxy.Action{Body: req.AppendTo(nil)}, sp
 }
 
 // isTouch reports whether records is a touch of producer pid at epoch: one
@@ -220,7 +221,7 @@ func produceNames(body []byte, version int16, topic string, id [16]byte) bool {
 		return false
 	}
 	named := false
-	walkProduce(body, version, func(name string, tid [16]byte) bool {
+	proxy.WalkProduce(body, version, func(name string, tid [16]byte) bool {
 		named = version >= 13 && tid == id || version < 13 && name == topic
 		return !named
 	}, nil)

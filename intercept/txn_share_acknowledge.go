@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sharetx/sharetx/kip1289"
+	"github.com/sharetx/sharetx/proxy"
 	"github.com/sharetx/sharetx/staging"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -51,36 +52,40 @@ func (e *KIP1289) CheckUpstream(resp *kmsg.ApiVersionsResponse) error {
 	return nil
 }
 
-// Serves reports whether the proxy answers key itself: its own key, for the
-// life of the process (see advertise).
-func (e *KIP1289) Serves(key int16) bool { return key == e.key }
+// apiVersionsResponse adds TxnShareAcknowledge to every ApiVersions
+// answer the broker gave without an error (advertise).
+func (e *KIP1289) apiVersionsResponse(resp *kmsg.ApiVersionsResponse) bool {
+	return resp.ErrorCode == 0 && e.advertise(resp)
+}
 
-// TxnHook answers a TxnShareAcknowledge request, off the read loop.
-func (e *KIP1289) TxnHook(r *Request) Action {
+// txnShareAcknowledgeRequest answers a TxnShareAcknowledge request, off the
+// read loop. The key is the proxy's own for the life of the process (see
+// advertise).
+func (e *KIP1289) txnShareAcknowledgeRequest(r *proxy.Request) proxy.Action {
 	req := &kip1289.TxnShareAcknowledgeRequest{APIKey: e.key, Version: r.Version}
 	if r.Version != 0 {
-		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.UnsupportedVersion.Code}}
+		return proxy.Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.UnsupportedVersion.Code}}
 	}
 	if err := req.ReadFrom(r.Body()); err != nil {
 		// The reference layout has no top-level message, and a request
 		// that does not decode names no partitions to carry one.
 		e.log.Debug("malformed TxnShareAcknowledge", "err", err)
-		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code}}
+		return proxy.Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: e.key, ErrorCode: kerr.InvalidRequest.Code}}
 	}
 	// A broker whose listener requires SASL closes a connection that sends
 	// anything but ApiVersions and SASL before authenticating; so does the
 	// proxy, for the request it answers itself.
-	if e.authenticating(r.Conn) || (e.requireAuth && e.identOf(r.Conn) == "") {
-		return Action{Close: "unauthenticated_txn_share_acknowledge"}
+	if r.Conn.Authenticating() || (e.requireAuth && r.Conn.Principal() == "") {
+		return proxy.Action{Close: "unauthenticated_txn_share_acknowledge"}
 	}
-	ident := e.identOf(r.Conn)
+	ident := r.Conn.Principal()
 	ctx := staging.WithCaller(e.ctx, r.Conn)
 	if s := e.stager.Load(); s != nil && req.RideProduce && req.TransactionalID != nil {
 		// Announced here, on the read loop: the Produce the client sends
 		// right after the call may be read before the call is validated.
 		ctx = s.Announce(ctx, *req.TransactionalID)
 	}
-	return Action{Async: func() kmsg.Response {
+	return proxy.Action{Async: func() kmsg.Response {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		resp := e.stage(ctx, req, ident)

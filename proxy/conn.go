@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sharetx/sharetx/intercept"
 )
 
 // pending is one request waiting for its response. Requests reach the
@@ -17,7 +15,7 @@ import (
 // order without any reordering buffer.
 type pending struct {
 	hdr   RequestHeader
-	h     *intercept.Handler // the registry's for hdr.Key; nil for the proxy's own requests
+	h     *Handler // the registry's for hdr.Key; nil for the proxy's own requests
 	start time.Time
 	local bool // answered by the proxy: frame is set once done is closed
 	state any  // from the request hook, for the response rewriter
@@ -89,6 +87,9 @@ type conn struct {
 	accepted  time.Time
 	admitted  atomic.Bool
 	principal string // set once by Authenticated (a goroutine of run), read after run: counted in Server.principals while set
+
+	saslMu sync.Mutex
+	sasl   saslProgress // who the broker authenticated the client as (sasl.go)
 
 	// Back-pressure on responses (limits.max_buffered_response_bytes):
 	// readUpstream stops reading while buffered is at the limit, so a client
@@ -222,7 +223,7 @@ func (c *conn) stopReading(reason string) {
 // only the client side closes; the upstream stays open until they are
 // applied (or the hold times out).
 func (c *conn) clientGone(reason string) {
-	f := c.s.feature
+	f := c.s.filter
 	if !f.HoldsSessionsOn(c) {
 		c.close(reason)
 		return
@@ -232,16 +233,14 @@ func (c *conn) clientGone(reason string) {
 	c.client.Close()
 	c.log.Info("client gone with acknowledgements of its share session not yet applied: keeping the upstream connection open until they are")
 	go func() {
-		if !f.WaitSessionsDrained(c, c.s.cfg.KIP1289.CloseHold) {
-			c.log.Warn("gave up holding the upstream connection of a gone client; its unapplied acknowledgements are lost and the records will be redelivered",
-				"hold", c.s.cfg.KIP1289.CloseHold)
-		}
+		f.WaitSessionsDrained(c)
 		c.close(reason + "_after_hold")
 	}()
 }
 
-// Authenticated implements intercept.Authenticated: the broker accepted
-// the client's SASL authentication as principal. The connection is counted
+// Authenticated is told (sasl.go) that the broker accepted the client's
+// SASL authentication as principal, once, when it becomes known (a
+// re-authentication keeps it, as the broker does). The connection is counted
 // against the principal's share (limits.max_connections_per_principal);
 // past it, it closes once the answer to the authentication is written.
 func (c *conn) Authenticated(principal string) {
@@ -265,8 +264,8 @@ func (c *conn) leavePrincipal() {
 	}
 }
 
-// Node implements intercept.Conn.
+// Node implements Conn.
 func (c *conn) Node() int32 { return c.node }
 
-// Done implements intercept.Conn.
+// Done implements Conn.
 func (c *conn) Done() <-chan struct{} { return c.closed }

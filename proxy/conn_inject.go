@@ -20,7 +20,7 @@ func (c *conn) Inject(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 	return wait(ctx)
 }
 
-// StartInject implements intercept.Conn: the request is on the wire (in
+// StartInject implements Conn: the request is on the wire (in
 // order after what was written before) when it returns.
 func (c *conn) StartInject(req kmsg.Request) (func(context.Context) (kmsg.Response, error), error) {
 	type result struct {

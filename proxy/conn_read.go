@@ -10,8 +10,6 @@ import (
 	"io"
 	"os"
 	"time"
-
-	"github.com/sharetx/sharetx/intercept"
 )
 
 // readRequestFrame reads the client's next request frame, closing an idle
@@ -121,14 +119,14 @@ func (c *conn) readClient() {
 		// written upstream: not when a request hook saw it (it may keep a
 		// part of it), unless the hook keeps nothing.
 		recycle := true
-		var act intercept.Action
+		var act Action
 		if h.Hook != nil {
 			recycle = h.HookKeepsNothing
 			if !recycle && !c.decodable(h, hdr, frame) {
 				return
 			}
 			t := time.Now()
-			act = h.Hook(c.s.env, &intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			act = h.Hook(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
 			if h.Known && !h.Served {
 				c.s.metrics.api(hdr.Key).hookRequest.Observe(time.Since(t).Seconds())
 			}
@@ -138,7 +136,7 @@ func (c *conn) readClient() {
 				}
 				continue
 			}
-			p.state = act.State
+			p.state = act.state
 			if act.Body != nil {
 				frame = rebuildFrame(frame[:hdr.BodyOffset], act.Body)
 				recycle = false
@@ -147,21 +145,21 @@ func (c *conn) readClient() {
 
 		expectResponse := true
 		if h.Responds != nil {
-			if expectResponse, err = h.Responds(&intercept.Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
+			if expectResponse, err = h.Responds(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
 				c.log.Warn("closing connection: malformed request", "api", h.Name, "err", err)
 				c.stopReading("malformed_frame")
 				return
 			}
 		}
 		if expectResponse && !c.enqueue(p) {
-			if act.After != nil {
-				act.After()
+			if act.Written != nil {
+				act.Written()
 			}
 			return
 		}
 		err = c.send(frame, p, expectResponse)
-		if act.After != nil {
-			act.After()
+		if act.Written != nil {
+			act.Written()
 		}
 		if err != nil {
 			return
@@ -179,7 +177,7 @@ func (c *conn) readClient() {
 // small in practice. A larger one closes the connection, once the responses
 // owed to earlier requests are written, as a broker closes on a frame over
 // its socket limit.
-func (c *conn) decodable(h *intercept.Handler, hdr RequestHeader, frame []byte) bool {
+func (c *conn) decodable(h *Handler, hdr RequestHeader, frame []byte) bool {
 	limit := c.s.cfg.Limits.MaxDecodedRequestBytes
 	if len(frame)-4 <= limit {
 		return true
@@ -192,9 +190,9 @@ func (c *conn) decodable(h *intercept.Handler, hdr RequestHeader, frame []byte) 
 
 // handleLocal carries out a hook's decision to answer (now or later) or to
 // close instead of forwarding; it returns false when reading must stop.
-func (c *conn) handleLocal(h *intercept.Handler, hdr RequestHeader, act intercept.Action) bool {
-	if act.After != nil {
-		defer act.After()
+func (c *conn) handleLocal(h *Handler, hdr RequestHeader, act Action) bool {
+	if act.Written != nil {
+		defer act.Written()
 	}
 	if act.Close != "" {
 		c.log.Warn("closing connection", "reason", act.Close, "api_key", hdr.Key)

@@ -18,17 +18,29 @@ import (
 
 func startTestProxy(t *testing.T, mod func(*configs.Config)) (*Server, *kfake.Cluster) {
 	t.Helper()
+	return startTestProxyWith(t, mod, nil)
+}
+
+// startTestProxyWith is startTestProxy serving the filter newFilter builds.
+func startTestProxyWith(t *testing.T, mod func(*configs.Config), newFilter NewFilter) (*Server, *kfake.Cluster) {
+	t.Helper()
 	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fake.Close)
-	return startTestServer(t, fake.ListenAddrs(), mod), fake
+	return startTestServerWith(t, fake.ListenAddrs(), mod, newFilter), fake
 }
 
 // startTestServer starts a proxy in front of seeds on a free port, shut
 // down when the test ends.
 func startTestServer(t *testing.T, seeds []string, mod func(*configs.Config)) *Server {
+	t.Helper()
+	return startTestServerWith(t, seeds, mod, nil)
+}
+
+// startTestServerWith is startTestServer serving the filter newFilter builds.
+func startTestServerWith(t *testing.T, seeds []string, mod func(*configs.Config), newFilter NewFilter) *Server {
 	t.Helper()
 	cfg := configs.Default()
 	cfg.Listen.Bootstrap = "127.0.0.1:0"
@@ -37,7 +49,7 @@ func startTestServer(t *testing.T, seeds []string, mod func(*configs.Config)) *S
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, newFilter)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,7 @@ func (c *conn) rewrite(p *pending) ([]byte, error) {
 	if err := resp.ReadFrom(frame[off:]); err != nil {
 		return nil, err
 	}
-	if !fn(c.s.env, p.state, resp) {
+	if !fn(p.state, resp) {
 		return frame, nil
 	}
 	c.s.metrics.Rewrites.WithLabelValues(p.h.Name).Inc()

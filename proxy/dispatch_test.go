@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/kip1289"
 )
 
@@ -24,7 +23,7 @@ import (
 // version, which versions have a flexible request header, also one past
 // kmsg's newest), and a key kmsg does not know is never forwarded.
 func TestRegistryMatchesKmsg(t *testing.T) {
-	reg := intercept.NewRegistry(nil)
+	reg := transportOnly(&fakeAddrs{}).handlers
 	for k := int16(-1); k <= kmsg.MaxKey+1; k++ {
 		h := reg.For(k)
 		req := kmsg.RequestForKey(k)
@@ -32,7 +31,7 @@ func TestRegistryMatchesKmsg(t *testing.T) {
 			t.Fatalf("key %d: known %v", k, h.Known)
 		}
 		if req == nil {
-			if h.FlexibleRequest(0) || intercept.FlexibleRequest(k, 0) || h.Decoded() {
+			if h.FlexibleRequest(0) || FlexibleRequest(k, 0) || h.Decoded() {
 				t.Fatalf("unknown key %d flexible or decoded", k)
 			}
 			continue
@@ -42,7 +41,7 @@ func TestRegistryMatchesKmsg(t *testing.T) {
 		}
 		for v := int16(0); v <= req.MaxVersion()+1; v++ {
 			req.SetVersion(v)
-			if got, want := h.FlexibleRequest(v), req.IsFlexible(); got != want || intercept.FlexibleRequest(k, v) != want {
+			if got, want := h.FlexibleRequest(v), req.IsFlexible(); got != want || FlexibleRequest(k, v) != want {
 				t.Fatalf("key %d v%d: flexible %v, kmsg says %v", k, v, got, want)
 			}
 		}
@@ -53,7 +52,7 @@ func TestRegistryMatchesKmsg(t *testing.T) {
 // response comes) is capped in ApiVersions to what kmsg decodes; other keys
 // pass at the broker's versions.
 func TestRegistryDecodedKeysCapped(t *testing.T) {
-	reg := intercept.NewRegistry(nil)
+	reg := transportOnly(&fakeAddrs{}).handlers
 	resp := kmsg.NewPtrApiVersionsResponse()
 	for k := int16(0); k <= kmsg.MaxKey; k++ {
 		if req := kmsg.RequestForKey(k); req != nil {
@@ -62,7 +61,7 @@ func TestRegistryDecodedKeysCapped(t *testing.T) {
 			resp.ApiKeys = append(resp.ApiKeys, ak)
 		}
 	}
-	intercept.CapApiVersions(resp)
+	capApiVersions(resp, reg.Decoded)
 	decoded := 0
 	for _, ak := range resp.ApiKeys {
 		h := reg.For(ak.ApiKey)
@@ -89,7 +88,7 @@ func TestRegistryRewritesEveryBrokerAddress(t *testing.T) {
 		"DescribeQuorum": "KRaft controllers", "FetchSnapshot": "KRaft controllers", "UpdateRaftVoter": "KRaft controllers",
 		"StreamsGroupHeartbeat": "application endpoints", "StreamsGroupDescribe": "application endpoints",
 	}
-	reg := intercept.NewRegistry(nil)
+	reg := transportOnly(&fakeAddrs{}).handlers
 	for k := int16(0); k <= kmsg.MaxKey; k++ {
 		resp := kmsg.ResponseForKey(k)
 		if resp == nil || !namesAddresses(reflect.TypeOf(resp), map[reflect.Type]bool{}) {
@@ -125,51 +124,105 @@ func namesAddresses(t reflect.Type, seen map[reflect.Type]bool) bool {
 	return false
 }
 
-// fakeFeature serves one key.
-type fakeFeature struct {
-	key   int16
-	calls int
+// fakeFilter is a filter that serves one key (answering every request of
+// it with UNSUPPORTED_VERSION), hooks ShareFetch, and records what it saw.
+type fakeFilter struct {
+	key       int16
+	calls     int
+	requests  int           // ShareFetch requests its hook saw
+	responses []string      // the host of the first NodeEndpoint each ShareFetch rewrite saw
+	state     map[*int]bool // the states its hook left, for its rewriter
 }
 
-func (f *fakeFeature) Serves(key int16) bool { return key == f.key }
-func (f *fakeFeature) TxnHook(*intercept.Request) intercept.Action {
-	f.calls++
-	return intercept.Action{Close: "test"}
-}
-func (*fakeFeature) HoldsSessionsOn(intercept.Conn) bool                    { return false }
-func (*fakeFeature) WaitSessionsDrained(intercept.Conn, time.Duration) bool { return true }
-func (*fakeFeature) CheckUpstream(*kmsg.ApiVersionsResponse) error          { return nil }
-func (*fakeFeature) Start(context.Context, intercept.StartEnv) error        { return nil }
-func (*fakeFeature) Recovered() bool                                        { return true }
-func (*fakeFeature) Close()                                                 {}
+func newFakeFilter(key int16) *fakeFilter { return &fakeFilter{key: key, state: map[*int]bool{}} }
 
-// The feature's key gets the feature's Handler: served locally, header v2
-// from v0, decoded whole, its hook the feature's. Once the feature stops
-// serving it (the cluster uses the key), the key is the registry's own again.
+func (f *fakeFilter) Register(h *Hooks) {
+	h.Serve(f.key, "TxnShareAcknowledge", 0, func(*Request) Action {
+		f.calls++
+		return Action{Local: &kip1289.TxnShareAcknowledgeResponse{APIKey: f.key, ErrorCode: kerr.UnsupportedVersion.Code}}
+	})
+	On(h, kmsg.ShareFetch, func(*Request) (Action, *int) {
+		f.requests++
+		st := new(int)
+		f.state[st] = true
+		return Action{}, st
+	}, func(st *int, resp *kmsg.ShareFetchResponse) bool {
+		if st == nil || !f.state[st] {
+			f.responses = append(f.responses, "state lost")
+			return false
+		}
+		if len(resp.NodeEndpoints) > 0 {
+			f.responses = append(f.responses, resp.NodeEndpoints[0].Host)
+		}
+		return false
+	})
+}
+func (*fakeFilter) HoldsSessionsOn(Conn) bool                     { return false }
+func (*fakeFilter) WaitSessionsDrained(Conn)                      {}
+func (*fakeFilter) Started() string                               { return "fake filter started" }
+func (*fakeFilter) CheckUpstream(*kmsg.ApiVersionsResponse) error { return nil }
+func (*fakeFilter) Start(context.Context, StartEnv) error         { return nil }
+func (*fakeFilter) Ready() (bool, string)                         { return true, "" }
+func (*fakeFilter) Close()                                        {}
+
+// withFilter is a server with the transport's hooks and f's.
+func withFilter(a *fakeAddrs, f Filter) *Registry {
+	s := &Server{advertise: a.Advertise}
+	fh := &Hooks{}
+	f.Register(fh)
+	s.handlers = NewRegistry(s.transportHooks(), fh)
+	return s.handlers
+}
+
+// The filter's key gets the filter's Handler: served locally, header v2
+// from v0, decoded whole, its hook the filter's. A key both the transport
+// and the filter hook gets both: the filter's request hook and its state,
+// and on the response the transport's rewrite (the proxy's addresses)
+// before the filter's, which sees it.
 func TestRegistryServedKey(t *testing.T) {
-	f := &fakeFeature{key: 95}
-	reg := intercept.NewRegistry(f)
+	f := newFakeFilter(95)
+	reg := withFilter(&fakeAddrs{}, f)
 	h := reg.For(95)
 	if !h.Served || h.Hook == nil || h.HookKeepsNothing || !h.FlexibleRequest(0) || h.Known || h.Name != "TxnShareAcknowledge" {
 		t.Fatalf("served handler %+v", h)
 	}
-	if act := h.Hook(nil, &intercept.Request{}); act.Close != "test" || f.calls != 1 {
+	if act := h.Hook(&Request{}); act.Local == nil || f.calls != 1 {
 		t.Fatalf("hook: %+v, %d calls", act, f.calls)
 	}
 	if reg.For(kmsg.Metadata.Int16()).Served {
 		t.Fatal("Metadata served")
 	}
-	f.key = -5
-	if h := reg.For(95); h.Served || h.Known {
-		t.Fatalf("after the feature let go of the key: %+v", h)
+	if h := transportOnly(&fakeAddrs{}).handlers.For(95); h.Served || h.Known {
+		t.Fatalf("without the filter: %+v", h)
+	}
+
+	sf := reg.For(kmsg.ShareFetch.Int16())
+	act := sf.Hook(&Request{})
+	if f.requests != 1 || act.state == nil {
+		t.Fatalf("ShareFetch hook: %d requests, state %v", f.requests, act.state)
+	}
+	resp := kmsg.NewPtrShareFetchResponse()
+	ep := kmsg.NewShareFetchResponseNodeEndpoint()
+	ep.NodeID, ep.Host, ep.Port = 2, "b2", 9092
+	resp.NodeEndpoints = append(resp.NodeEndpoints, ep)
+	if !sf.Rewrite(act.state, resp) {
+		t.Fatal("the transport's address rewrite was not reported")
+	}
+	if len(f.responses) != 1 || f.responses[0] != "proxy" {
+		t.Fatalf("the filter's rewriter saw %v, want the proxy's address after the transport's rewrite", f.responses)
+	}
+	// A response whose request the filter's hook did not see (state nil).
+	sf.Rewrite(nil, kmsg.NewPtrShareFetchResponse())
+	if len(f.responses) != 2 || f.responses[1] != "state lost" {
+		t.Fatalf("a nil state reached the filter as %v", f.responses)
 	}
 }
 
 // Produce with acks=0 gets no response; the acks field is found at every
 // version with and without a transactional id.
 func TestProduceResponds(t *testing.T) {
-	h := intercept.NewRegistry(nil).For(kmsg.Produce.Int16())
-	if h.Responds == nil || !h.HookKeepsNothing {
+	h := transportOnly(&fakeAddrs{}).handlers.For(kmsg.Produce.Int16())
+	if h.Responds == nil {
 		t.Fatalf("Produce handler %+v", h)
 	}
 	for _, v := range []int16{2, 3, 8, 9, 12} {
@@ -182,14 +235,14 @@ func TestProduceResponds(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := h.Responds(&intercept.Request{Key: hdr.Key, Version: hdr.Version, Frame: f, BodyOffset: hdr.BodyOffset})
+				got, err := h.Responds(&Request{Key: hdr.Key, Version: hdr.Version, Frame: f, BodyOffset: hdr.BodyOffset})
 				if err != nil || got != (acks != 0) {
 					t.Fatalf("v%d acks=%d txn %v: responds %v, %v", v, acks, txn != nil, got, err)
 				}
 			}
 		}
 	}
-	if _, err := h.Responds(&intercept.Request{Version: 9, Frame: []byte{0, 0, 0, 0, 5}, BodyOffset: 4}); err == nil {
+	if _, err := h.Responds(&Request{Version: 9, Frame: []byte{0, 0, 0, 0, 5}, BodyOffset: 4}); err == nil {
 		t.Fatal("a truncated Produce reads")
 	}
 }
@@ -198,7 +251,7 @@ func TestProduceResponds(t *testing.T) {
 // UNSUPPORTED_VERSION at v0; an UNSUPPORTED_VERSION response from the broker
 // is read at v0; its responses use header v0.
 func TestApiVersionsHandler(t *testing.T) {
-	h := intercept.NewRegistry(nil).For(kmsg.ApiVersions.Int16())
+	h := transportOnly(&fakeAddrs{}).handlers.For(kmsg.ApiVersions.Int16())
 	resp, ok := h.TooNew(h.MaxVersion + 1).(*kmsg.ApiVersionsResponse)
 	if !ok || resp.ErrorCode != kerr.UnsupportedVersion.Code || resp.Version != 0 || len(resp.ApiKeys) != 1 || resp.ApiKeys[0].MaxVersion != h.MaxVersion {
 		t.Fatalf("too new: %+v", resp)
@@ -210,14 +263,14 @@ func TestApiVersionsHandler(t *testing.T) {
 	if v := h.ResponseVersion(3, []byte{0, 0}); v != 3 {
 		t.Fatalf("a good answer read at v%d", v)
 	}
-	if intercept.ResponseHeaderFlexible(kmsg.ApiVersions.Int16(), true) || !intercept.ResponseHeaderFlexible(kmsg.Metadata.Int16(), true) {
+	if ResponseHeaderFlexible(kmsg.ApiVersions.Int16(), true) || !ResponseHeaderFlexible(kmsg.Metadata.Int16(), true) {
 		t.Fatal("response header flexibility")
 	}
 }
 
-// The proxy's code names no API key: what it must know of a key, it asks
-// the registry. proxy/kip.go, the KIP-1289 engine's start-up, is the one
-// file left out.
+// The proxy's connection code names no API key: what it must know of a key,
+// it asks the registry. The files that declare what the transport does per
+// key (its hooks and the keys' descriptions) are left out.
 func TestProxyNamesNoAPIKey(t *testing.T) {
 	var keys []string
 	for k := int16(0); k <= kmsg.MaxKey; k++ {
@@ -225,6 +278,7 @@ func TestProxyNamesNoAPIKey(t *testing.T) {
 			keys = append(keys, kmsg.NameForKey(k))
 		}
 	}
+	perKey := map[string]bool{"keys.go": true, "addresses.go": true, "api_versions.go": true, "sasl.go": true, "filter.go": true}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +286,7 @@ func TestProxyNamesNoAPIKey(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0
 	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") || name == "kip.go" {
+		if strings.HasSuffix(name, "_test.go") || perKey[name] {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
@@ -280,7 +334,8 @@ func TestProxyNamesNoAPIKey(t *testing.T) {
 // and never forwarded (kfake would close the connection on it); an
 // ApiVersions too new is answered at v0.
 func TestDispatchThroughProxy(t *testing.T) {
-	s, _ := startTestProxy(t, nil)
+	f := newFakeFilter(95)
+	s, _ := startTestProxyWith(t, nil, func(FilterContext) (Filter, error) { return f, nil })
 	c, err := net.Dial("tcp", s.BootstrapAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +351,7 @@ func TestDispatchThroughProxy(t *testing.T) {
 	pt.Partitions = append(pt.Partitions, pp)
 	produce.Topics = append(produce.Topics, pt)
 
-	txn := &kip1289.TxnShareAcknowledgeRequest{APIKey: int16(s.cfg.KIP1289.APIKey), Version: 1}
+	txn := &kip1289.TxnShareAcknowledgeRequest{APIKey: f.key, Version: 1}
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 9
 	var burst []byte

@@ -7,8 +7,6 @@ import (
 	"io"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sharetx/sharetx/intercept"
 )
 
 // Frame errors. Each one closes the connection that sent the frame and
@@ -127,7 +125,7 @@ func ParseRequestHeader(frame []byte) (RequestHeader, error) {
 	}
 	// ControlledShutdown v0 (broker to controller only) has header v0;
 	// the proxy never sees it from clients.
-	h.Flexible = intercept.FlexibleRequest(h.Key, h.Version)
+	h.Flexible = FlexibleRequest(h.Key, h.Version)
 	if h.Flexible {
 		n, err := skipTags(frame[off:])
 		if err != nil {
@@ -146,7 +144,7 @@ func ResponseBodyOffset(frame []byte, key int16, flexible bool) (int, error) {
 	if len(frame) < 8 {
 		return 0, ErrFrameTooSmall
 	}
-	if !intercept.ResponseHeaderFlexible(key, flexible) {
+	if !ResponseHeaderFlexible(key, flexible) {
 		return 8, nil
 	}
 	n, err := skipTags(frame[8:])
@@ -191,7 +189,7 @@ func setCorrelationID(frame []byte, offset int, id int32) {
 func EncodeResponseFrame(corr int32, key int16, resp kmsg.Response) []byte {
 	buf := make([]byte, 8, 64)
 	binary.BigEndian.PutUint32(buf[4:], uint32(corr))
-	if intercept.ResponseHeaderFlexible(key, resp.IsFlexible()) {
+	if ResponseHeaderFlexible(key, resp.IsFlexible()) {
 		buf = append(buf, 0)
 	}
 	buf = resp.AppendTo(buf)

@@ -10,8 +10,6 @@ import (
 	"testing/iotest"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sharetx/sharetx/intercept"
 )
 
 func frameOf(req kmsg.Request, corr int32, clientID string) []byte {
@@ -205,8 +203,8 @@ func FuzzParseRequestHeader(f *testing.F) {
 		if h.BodyOffset > len(b) {
 			t.Fatalf("body offset %d past frame of %d", h.BodyOffset, len(b))
 		}
-		if responds := intercept.NewRegistry(nil).For(h.Key).Responds; responds != nil {
-			responds(&intercept.Request{Key: h.Key, Version: h.Version, Frame: b, BodyOffset: h.BodyOffset})
+		if responds := keyOf(h.Key).Responds; responds != nil {
+			responds(&Request{Key: h.Key, Version: h.Version, Frame: b, BodyOffset: h.BodyOffset})
 		}
 		ResponseBodyOffset(b, h.Key, h.Flexible)
 	})

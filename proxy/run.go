@@ -45,7 +45,7 @@ type RunOptions struct {
 // listener and the metrics endpoint (opts.HTTP at metrics.address), finds
 // the cluster's brokers (retrying while the cluster cannot be reached; the
 // proxy serves meanwhile and Ready says why it is not ready), prepares the
-// KIP-1289 path (startFeature, retried), then refreshes the brokers every
+// KIP-1289 path (startFilter, retried), then refreshes the brokers every
 // upstream.metadata_refresh.
 //
 // It returns nil after a shutdown that ctx asked for; a *configs.Error when
@@ -134,15 +134,17 @@ func (s *Server) Run(ctx context.Context, opts RunOptions) error {
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		err := s.startFeature(ctx, cl)
+		err := s.startFilter(ctx, cl)
 		if err == nil {
-			fmt.Fprintf(out, "sharetx: TxnShareAcknowledge served on API key %d; shadow topic %s\n", s.cfg.KIP1289.APIKey, s.cfg.KIP1289.ShadowTopic)
+			if line := s.filter.Started(); line != "" {
+				fmt.Fprintf(out, "sharetx: %s\n", line)
+			}
 			break
 		}
 		if ctx.Err() != nil {
 			return s.stop(out)
 		}
-		fmt.Fprintf(out, "sharetx: preparing transactional acknowledgements failed (attempt %d): %v; retrying\n", attempt, err)
+		fmt.Fprintf(out, "sharetx: starting the filter failed (attempt %d): %v; retrying\n", attempt, err)
 		if !wait(attempt) {
 			return s.stop(out)
 		}

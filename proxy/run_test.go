@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/internal/syncbuf"
@@ -32,6 +34,12 @@ type running struct {
 // it until the test ends.
 func startRun(t *testing.T, seeds []string, mod func(*configs.Config)) *running {
 	t.Helper()
+	return startRunWith(t, seeds, mod, nil)
+}
+
+// startRunWith is startRun serving the filter newFilter builds.
+func startRunWith(t *testing.T, seeds []string, mod func(*configs.Config), newFilter NewFilter) *running {
+	t.Helper()
 	cfg := configs.Default()
 	cfg.Listen.Bootstrap = "127.0.0.1:0"
 	cfg.Listen.BrokerPortBase = 0
@@ -42,7 +50,7 @@ func startRun(t *testing.T, seeds []string, mod func(*configs.Config)) *running 
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, newFilter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,15 +239,28 @@ func TestRunMetricsAddressInUse(t *testing.T) {
 	}
 }
 
-// A cluster that uses the TxnShareAcknowledge key itself can never be
-// served: Run returns a *FatalError.
+// keyFilter serves key, which the cluster must not use (CheckUpstream).
+type keyFilter struct{ *fakeFilter }
+
+func (f keyFilter) CheckUpstream(resp *kmsg.ApiVersionsResponse) error {
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == f.key {
+			return fmt.Errorf("the cluster uses key %d", f.key)
+		}
+	}
+	return nil
+}
+
+// A cluster that uses the key the filter serves can never be served (the
+// filter's CheckUpstream fails): Run returns a *FatalError.
 func TestRunFatal(t *testing.T) {
 	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fake.Close)
-	r := startRun(t, fake.ListenAddrs(), func(c *configs.Config) { c.KIP1289.APIKey = 3 }) // Metadata
+	f := keyFilter{newFakeFilter(3)} // Metadata
+	r := startRunWith(t, fake.ListenAddrs(), nil, func(FilterContext) (Filter, error) { return f, nil })
 	select {
 	case err := <-r.done:
 		r.done <- err

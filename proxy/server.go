@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/sharetx/sharetx/configs"
-	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/upstream"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -31,13 +30,16 @@ type Server struct {
 	metrics *Metrics
 	dialer  *upstream.Dialer
 	tls     *tls.Config
-	env     *intercept.Env
-	// feature is the KIP-1289 engine as the connections and the server's
-	// life see it; handlers says what to do with each API key.
-	feature  intercept.Feature
-	handlers *intercept.Registry
-	advHost  string
-	bindHst  string
+	// filter is the feature (the KIP-1289 engine, built by the NewFilter
+	// New was given; noFilter for none) as the connections and the
+	// server's life see it; handlers says what to do with each API key,
+	// the transport's hooks and the filter's composed.
+	filter   Filter
+	handlers *Registry
+	// advertise is Advertise, but for tests of the rewriters alone.
+	advertise func(nodeID int32, host string, port int32) (string, int32)
+	advHost   string
+	bindHst   string
 
 	mu          sync.Mutex
 	nodes       map[int32]*node
@@ -49,9 +51,9 @@ type Server struct {
 
 	// upstreamKeys is the union of API keys the upstream brokers advertised:
 	// a key outside it is never forwarded.
-	upstreamKeys intercept.UpstreamKeys
+	upstreamKeys UpstreamKeys
 	ready        atomic.Bool
-	up           atomic.Pointer[upstream.Client] // the proxy's own client, from startFeature
+	up           atomic.Pointer[upstream.Client] // the proxy's own client, from startFilter
 	lastErr      atomic.Value                    // string: last discovery error
 	seedNext     atomic.Uint32
 
@@ -76,7 +78,9 @@ type node struct {
 
 // New builds a server; Run serves it (Start only opens its listeners).
 // With no upstream brokers configured, Run starts an embedded cluster.
-func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error) {
+// newFilter builds the feature the transport serves (intercept.New, the
+// KIP-1289 engine); nil serves none: a plain pass-through proxy.
+func New(cfg configs.Config, log *slog.Logger, metrics *Metrics, newFilter NewFilter) (*Server, error) {
 	d, err := upstream.NewDialer(cfg.Upstream)
 	if err != nil {
 		return nil, err
@@ -89,39 +93,43 @@ func New(cfg configs.Config, log *slog.Logger, metrics *Metrics) (*Server, error
 		metrics = NewMetrics()
 	}
 	bindHost, _, _ := net.SplitHostPort(cfg.Listen.Bootstrap)
-	s := &Server{
-		cfg:     cfg,
-		log:     log,
-		metrics: metrics,
-		dialer:  d,
-		tls:     stls,
-		advHost: cfg.AdvertisedHost(),
-		bindHst: bindHost,
-		nodes:   map[int32]*node{},
-		conns:   map[*conn]struct{}{},
-	}
 	if len(cfg.Upstream.BootstrapServers) == 0 {
 		// The embedded cluster (Run starts it) does not authorise the
 		// transactional id on Produce.
 		cfg.KIP1289.LearnOwnerFromProduce = false
 	}
-	kip := intercept.NewKIP1289(cfg.KIP1289, log, metrics.Registry, s.sideChannel, cfg.Upstream.SASL.Mechanism != "")
-	s.env = &intercept.Env{Addrs: s, Log: log, UpstreamKeys: &s.upstreamKeys, KIP: kip}
-	s.feature = kip
-	s.requireAuth = cfg.Upstream.SASL.Mechanism != ""
-	s.handlers = intercept.NewRegistry(kip)
+	s := &Server{
+		cfg:         cfg,
+		log:         log,
+		metrics:     metrics,
+		dialer:      d,
+		tls:         stls,
+		advHost:     cfg.AdvertisedHost(),
+		bindHst:     bindHost,
+		nodes:       map[int32]*node{},
+		conns:       map[*conn]struct{}{},
+		requireAuth: cfg.Upstream.SASL.Mechanism != "",
+		filter:      noFilter{},
+	}
+	s.advertise = s.Advertise
+	var fh *Hooks
+	if newFilter != nil {
+		f, err := newFilter(FilterContext{Config: cfg, Log: log, Registry: metrics.Registry, Send: s.sideChannel, RequireAuth: s.requireAuth})
+		if err != nil {
+			return nil, err
+		}
+		s.filter, fh = f, &Hooks{}
+		f.Register(fh)
+	}
+	s.handlers = NewRegistry(s.transportHooks(), fh)
 	return s, nil
 }
 
-// KIP returns the transactional-acknowledgement engine.
-func (s *Server) KIP() *intercept.KIP1289 { return s.env.KIP }
-
-// startFeature hands the feature the proxy's own client once the cluster
-// answers (the side channel from now on) and starts it
-// (intercept.KIP1289.Start).
-func (s *Server) startFeature(ctx context.Context, cl *upstream.Client) error {
+// startFilter hands the filter the proxy's own client once the cluster
+// answers (the side channel from now on) and starts it (Filter.Start).
+func (s *Server) startFilter(ctx context.Context, cl *upstream.Client) error {
 	s.up.Store(cl)
-	return s.feature.Start(ctx, intercept.StartEnv{Client: cl, Config: s.cfg,
+	return s.filter.Start(ctx, StartEnv{Client: cl,
 		ClientOpts: upstream.ClientOpts(s.cfg.Upstream.BootstrapServers, s.dialer, s.cfg.Upstream.SASL)})
 }
 
@@ -176,7 +184,7 @@ func (s *Server) Brokers() []Broker {
 	return out
 }
 
-// Advertise implements intercept.Addresses: it records where node id lives
+// Advertise records where node id lives
 // upstream, opens its listener the first time, and returns the proxy's
 // address for it. The listener is open before the rewritten response leaves
 // the proxy, so a client can dial it at once.
@@ -467,7 +475,7 @@ func (s *Server) dialUpstream(nodeID int32) (net.Conn, error) {
 // upstream: kmsg must know the key (the proxy must be able to parse the
 // header) and, once the upstream told us its keys, one of its brokers must
 // support it.
-func (s *Server) forwardable(h *intercept.Handler, key int16) bool {
+func (s *Server) forwardable(h *Handler, key int16) bool {
 	return h.Known && s.upstreamKeys.Allows(key)
 }
 
@@ -485,7 +493,7 @@ func (s *Server) Discover(ctx context.Context, cl *upstream.Client) ([]upstream.
 	}
 	if versions != nil {
 		s.upstreamKeys.Note(versions)
-		if err := s.feature.CheckUpstream(versions); err != nil {
+		if err := s.filter.CheckUpstream(versions); err != nil {
 			s.lastErr.Store(err.Error())
 			return nil, &FatalError{err}
 		}
@@ -515,17 +523,14 @@ func (s *Server) RunDiscovery(ctx context.Context, cl *upstream.Client) {
 }
 
 // Ready reports whether the proxy is ready to serve: the upstream cluster
-// has answered and the shadow topic was read back (startFeature); otherwise it
-// says why not.
+// has answered and the filter is ready (for the KIP-1289 engine: the shadow
+// topic was read back, startFilter); otherwise it says why not.
 func (s *Server) Ready() (bool, string) {
 	if !s.ready.Load() {
 		e, _ := s.lastErr.Load().(string)
 		return false, "the upstream cluster has not answered yet: " + e
 	}
-	if !s.feature.Recovered() {
-		return false, "the shadow topic " + s.cfg.KIP1289.ShadowTopic + " has not been read back yet (staged and committed acknowledgements are being recovered)"
-	}
-	return true, ""
+	return s.filter.Ready()
 }
 
 // FatalError is a discovery result that retrying cannot fix.
@@ -552,7 +557,7 @@ func (s *Server) stopAcceptingLocked() {
 // drained; every listener and connection (so every upstream share session)
 // closes at once.
 func (s *Server) Kill() {
-	s.feature.Close()
+	s.filter.Close()
 	s.mu.Lock()
 	s.closing = true
 	s.stopAcceptingLocked()
@@ -568,7 +573,7 @@ func (s *Server) Kill() {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	defer s.feature.Close()
+	defer s.filter.Close()
 	s.stopAcceptingLocked()
 	for c := range s.conns {
 		c.drain()

@@ -102,18 +102,28 @@ type Step struct {
 	Foreign bool  // another principal's request: passed as it came, changes nothing
 	InStep  bool  // the client's own numbering was in step: an epoch error is the proxy's
 	Counted bool  // counted in flight: Responded must be called
-	// Unlock must be called once the request was written (or was not);
-	// nil when Foreign.
-	Unlock func()
 	// Waited is how long the request waited for the session, held by a
 	// request of the proxy's own (a committed acknowledgement, a release,
 	// a RENEW on the side channel): 0 when it was free.
 	Waited time.Duration
+
+	held *Session // locked by Begin until Written; nil when Foreign
+}
+
+// Written releases the session Begin locked: the request that carries the
+// epoch is on the wire (or will never be). Call it once, from whatever
+// learns that (the transport, through proxy.Action.Written); it does
+// nothing for a Foreign step. Taken in Begin and released here, the lock
+// stays in this package: no other code unlocks it.
+func (st Step) Written() {
+	if st.held != nil {
+		st.held.mu.Unlock()
+	}
 }
 
 // Begin translates a client request's session epoch on connection conn of
 // principal ident. Unless Foreign, the session stays locked until
-// Step.Unlock, so no request of the proxy's takes an epoch meanwhile.
+// Step.Written, so no request of the proxy's takes an epoch meanwhile.
 func (s *Session) Begin(conn Conn, ident string, clientEpoch int32, version int16) Step {
 	var waited time.Duration
 	if !s.mu.TryLock() {
@@ -135,7 +145,7 @@ func (s *Session) Begin(conn Conn, ident string, clientEpoch int32, version int1
 	}
 	prev := s.last
 	up := s.translate(conn, clientEpoch, version)
-	st := Step{Epoch: up, Unlock: s.mu.Unlock, Waited: waited}
+	st := Step{Epoch: up, Waited: waited, held: s}
 	// The client's own numbering was in step (a new session, a close, or
 	// the next epoch after the last one written): an epoch error is then
 	// the proxy's to count; one the client got by skipping or repeating an

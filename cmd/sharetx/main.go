@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/proxy"
 )
 
@@ -90,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 
-	srv, err := proxy.New(cfg, log, nil)
+	srv, err := proxy.New(cfg, log, nil, intercept.NewFilter)
 	if err != nil {
 		fmt.Fprintf(stderr, "sharetx: %v\n", err)
 		return 2

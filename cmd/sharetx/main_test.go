@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sharetx/sharetx/configs"
+	"github.com/sharetx/sharetx/intercept"
 	"github.com/sharetx/sharetx/proxy"
 )
 
@@ -249,7 +250,7 @@ func TestVersion(t *testing.T) {
 
 // Go's profiles are served only when metrics.pprof asks for them.
 func TestPprofOnlyWhenAsked(t *testing.T) {
-	srv, err := proxy.New(configs.Default(), slog.New(slog.DiscardHandler), nil)
+	srv, err := proxy.New(configs.Default(), slog.New(slog.DiscardHandler), nil, intercept.NewFilter)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,17 @@
-package intercept
+package proxy
 
 import "github.com/twmb/franz-go/pkg/kmsg"
 
 // advertiseBrokers rewrites every broker address resp names to the proxy
-// listener serving that broker (Addresses.Advertise): the one place that
+// listener serving that broker (Server.Advertise): the one place that
 // knows where each response names brokers. Clients dial what they read in
 // Metadata, FindCoordinator and DescribeCluster, and in the KIP-951
 // NodeEndpoints of Produce, Fetch, ShareFetch and ShareAcknowledge (sent
 // when a leader moved). It reports whether it changed anything.
-func advertiseBrokers(env *Env, resp kmsg.Response) bool {
+func (s *Server) advertiseBrokers(resp kmsg.Response) bool {
 	changed := false
 	adv := func(node int32, host *string, port *int32) {
-		changed = advertise(env, node, host, port) || changed
+		changed = s.advertiseOne(node, host, port) || changed
 	}
 	switch r := resp.(type) {
 	case *kmsg.MetadataResponse:
@@ -59,14 +59,36 @@ func advertiseBrokers(env *Env, resp kmsg.Response) bool {
 
 // advertise rewrites one broker address; node -1 (an error's) is left
 // alone.
-func advertise(env *Env, node int32, host *string, port *int32) bool {
+func (s *Server) advertiseOne(node int32, host *string, port *int32) bool {
 	if node < 0 {
 		return false
 	}
-	h, p := env.Addrs.Advertise(node, *host, *port)
+	h, p := s.advertise(node, *host, *port)
 	if h == *host && p == *port {
 		return false
 	}
 	*host, *port = h, p
 	return true
+}
+
+// transportHooks are the transport's own hooks: broker addresses in every
+// response that names brokers, the version policy, SASL identity.
+func (s *Server) transportHooks() *Hooks {
+	h := &Hooks{}
+	// Metadata (where clients learn the brokers; Advertise also opens the
+	// listener of a broker seen for the first time, before the client can
+	// dial it), FindCoordinator, DescribeCluster (admin clients), and the
+	// KIP-951 NodeEndpoints of Produce v10+, Fetch v16+, ShareFetch and
+	// ShareAcknowledge.
+	OnResponse(h, kmsg.Metadata, func(r *kmsg.MetadataResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.FindCoordinator, func(r *kmsg.FindCoordinatorResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.DescribeCluster, func(r *kmsg.DescribeClusterResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.Produce, func(r *kmsg.ProduceResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.Fetch, func(r *kmsg.FetchResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.ShareFetch, func(r *kmsg.ShareFetchResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.ShareAcknowledge, func(r *kmsg.ShareAcknowledgeResponse) bool { return s.advertiseBrokers(r) })
+	OnResponse(h, kmsg.ApiVersions, s.apiVersionsResponse)
+	On(h, kmsg.SASLHandshake, saslHandshakeRequest, s.saslHandshakeResponse)
+	On(h, kmsg.SASLAuthenticate, saslAuthenticateRequest, s.saslAuthenticateResponse)
+	return h
 }

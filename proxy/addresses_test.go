@@ -1,4 +1,4 @@
-package intercept
+package proxy
 
 import (
 	"fmt"
@@ -18,10 +18,23 @@ func (f *fakeAddrs) Advertise(id int32, host string, port int32) (string, int32)
 	return "proxy", 1000 + id
 }
 
-func env() (*Env, *fakeAddrs) {
-	a := &fakeAddrs{}
-	return &Env{Addrs: a, KIP: testEngine()}, a
+// transportOnly is a server with the transport's hooks and no filter,
+// whose broker addresses are a's.
+func transportOnly(a *fakeAddrs) *Server {
+	s := &Server{advertise: a.Advertise}
+	s.handlers = NewRegistry(s.transportHooks(), nil)
+	return s
 }
+
+// env is the transport's rewriters of a server whose addresses are the
+// returned fake's.
+func env() (*Registry, *fakeAddrs) {
+	a := &fakeAddrs{}
+	return transportOnly(a).handlers, a
+}
+
+// Rewriter returns the transport's response rewriter of key.
+func (r *Registry) Rewriter(key int16) ResponseRewriter { return r.For(key).Rewrite }
 
 func TestMetadataRewrite(t *testing.T) {
 	e, a := env()
@@ -32,7 +45,7 @@ func TestMetadataRewrite(t *testing.T) {
 		b.NodeID, b.Host, b.Port = i, fmt.Sprintf("broker%d", i), 9092
 		resp.Brokers = append(resp.Brokers, b)
 	}
-	if !Rewriter(kmsg.Metadata.Int16())(e, nil, resp) {
+	if !e.Rewriter(kmsg.Metadata.Int16())(nil, resp) {
 		t.Fatal("no change reported")
 	}
 	for _, b := range resp.Brokers {
@@ -50,14 +63,14 @@ func TestFindCoordinatorRewrite(t *testing.T) {
 	old := kmsg.NewPtrFindCoordinatorResponse()
 	old.Version = 3
 	old.NodeID, old.Host, old.Port = 2, "b2", 9092
-	Rewriter(kmsg.FindCoordinator.Int16())(e, nil, old)
+	e.Rewriter(kmsg.FindCoordinator.Int16())(nil, old)
 	if old.Host != "proxy" || old.Port != 1002 {
 		t.Errorf("v3 coordinator at %s:%d", old.Host, old.Port)
 	}
 	errResp := kmsg.NewPtrFindCoordinatorResponse()
 	errResp.Version = 3
 	errResp.ErrorCode, errResp.NodeID, errResp.Host, errResp.Port = 15, -1, "", -1
-	if Rewriter(kmsg.FindCoordinator.Int16())(e, nil, errResp) {
+	if e.Rewriter(kmsg.FindCoordinator.Int16())(nil, errResp) {
 		t.Error("an error response was rewritten")
 	}
 	batched := kmsg.NewPtrFindCoordinatorResponse()
@@ -70,7 +83,7 @@ func TestFindCoordinatorRewrite(t *testing.T) {
 		}
 		batched.Coordinators = append(batched.Coordinators, c)
 	}
-	Rewriter(kmsg.FindCoordinator.Int16())(e, nil, batched)
+	e.Rewriter(kmsg.FindCoordinator.Int16())(nil, batched)
 	for _, c := range batched.Coordinators {
 		if c.NodeID >= 0 && (c.Host != "proxy" || c.Port != 1000+c.NodeID) {
 			t.Errorf("batched coordinator %d at %s:%d", c.NodeID, c.Host, c.Port)
@@ -106,7 +119,7 @@ func TestNodeEndpointsRewrite(t *testing.T) {
 	dcb.NodeID, dcb.Host, dcb.Port = 8, "b8", 9092
 	dc.Brokers = append(dc.Brokers, dcb)
 	for _, r := range []kmsg.Response{p, f, sf, sa, dc} {
-		if !Rewriter(r.Key())(e, nil, r) {
+		if !e.Rewriter(r.Key())(nil, r) {
 			t.Errorf("%s: no rewrite", kmsg.NameForKey(r.Key()))
 		}
 	}
@@ -131,7 +144,7 @@ func TestCapApiVersions(t *testing.T) {
 	ff := kmsg.NewApiVersionsResponseFinalizedFeature()
 	ff.Name, ff.MaxVersionLevel, ff.MinVersionLevel = "transaction.version", 2, 2
 	resp.FinalizedFeatures = append(resp.FinalizedFeatures, ff)
-	if !CapApiVersions(resp) {
+	if !capApiVersions(resp, transportOnly(&fakeAddrs{}).handlers.Decoded) {
 		t.Fatal("no change")
 	}
 	got := map[int16]int16{}
@@ -156,16 +169,18 @@ func TestCapApiVersions(t *testing.T) {
 	}
 }
 
-// FuzzRewriters: any bytes, decoded as a response of any rewritten key at
-// any version, rewrite and re-encode without panicking, and re-decode.
+// FuzzRewriters: any bytes, decoded as a response of any key the transport
+// rewrites at any version, rewrite and re-encode without panicking, and
+// re-decode (intercept's FuzzRewriters does the same for the feature's).
 func FuzzRewriters(f *testing.F) {
 	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.Fetch, kmsg.Metadata, kmsg.FindCoordinator, kmsg.ApiVersions, kmsg.DescribeCluster, kmsg.ShareFetch, kmsg.ShareAcknowledge} {
 		r := kmsg.ResponseForKey(k.Int16())
 		r.SetVersion(r.MaxVersion())
 		f.Add(int16(k), r.MaxVersion(), r.AppendTo(nil))
 	}
+	e, _ := env()
 	f.Fuzz(func(t *testing.T, key, version int16, body []byte) {
-		fn := Rewriter(key)
+		fn := e.Rewriter(key)
 		if fn == nil {
 			return
 		}
@@ -177,9 +192,7 @@ func FuzzRewriters(f *testing.F) {
 		if err := resp.ReadFrom(body); err != nil {
 			return
 		}
-		e, _ := env()
-		defer e.KIP.Close()
-		fn(e, nil, resp)
+		fn(nil, resp)
 		out := resp.AppendTo(nil)
 		back := kmsg.ResponseForKey(key)
 		back.SetVersion(version)
@@ -187,28 +200,4 @@ func FuzzRewriters(f *testing.F) {
 			t.Fatalf("%s v%d: re-encoded response does not decode: %v", kmsg.NameForKey(key), version, err)
 		}
 	})
-}
-
-// TestHeldPartitionHasRecords: a ShareFetch partition the proxy adds to the
-// broker's answer (its acknowledgements were all held back) carries empty
-// Records, not null: from v1 on Kafka's schema does not allow a null there
-// (kmsg does), and kafka-clients fails the whole response on one.
-func TestHeldPartitionHasRecords(t *testing.T) {
-	for _, v := range []int16{1, 2} {
-		e, _ := env()
-		st := &shareState{node: 1, group: "g", member: "m"}
-		topic := [16]byte{1}
-		st.hold(topic, 3)
-		resp := kmsg.NewPtrShareFetchResponse()
-		resp.Version = v
-		if !Rewriter(kmsg.ShareFetch.Int16())(e, st, resp) {
-			t.Fatalf("v%d: the held partition was not added", v)
-		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			t.Fatalf("v%d: topics %+v", v, resp.Topics)
-		}
-		if p := resp.Topics[0].Partitions[0]; p.Partition != 3 || p.Records == nil {
-			t.Errorf("v%d: added partition %d with Records nil=%v", v, p.Partition, p.Records == nil)
-		}
-	}
 }

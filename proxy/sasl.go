@@ -1,4 +1,4 @@
-package intercept
+package proxy
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -40,81 +39,54 @@ import (
 // token share an identity (with Kerberos, none do: see docs/operations.md).
 // A connection that did not authenticate is "" (the broker's ANONYMOUS).
 
-// connIdent is a connection's SASL progress.
-type connIdent struct {
-	mech  string
-	steps int    // SaslAuthenticate round trips the broker accepted
-	ident string // set once authentication completed
-	first []byte // the first token, for mechanisms identified by it
+// saslProgress is a connection's SASL progress (conn.sasl, under
+// conn.saslMu).
+type saslProgress struct {
+	mech    string
+	steps   int    // SaslAuthenticate round trips the broker accepted
+	ident   string // set once authentication completed
+	first   []byte // the first token, for mechanisms identified by it
+	started bool   // a SaslHandshake was accepted
 }
 
-type identities struct {
-	mu sync.Mutex
-	m  map[Conn]*connIdent
+// Principal implements Conn: "" until the client authenticated.
+func (c *conn) Principal() string {
+	c.saslMu.Lock()
+	defer c.saslMu.Unlock()
+	return c.sasl.ident
 }
 
-// identOf returns the identity of c: "" until it authenticated.
-func (e *KIP1289) identOf(c Conn) string {
-	if c == nil {
-		return ""
-	}
-	e.ids.mu.Lock()
-	defer e.ids.mu.Unlock()
-	if ci := e.ids.m[c]; ci != nil {
-		return ci.ident
-	}
-	return ""
-}
-
-// authenticating reports whether c started a SASL exchange that has not
+// Authenticating implements Conn: a SASL exchange started on c and has not
 // completed.
-func (e *KIP1289) authenticating(c Conn) bool {
-	e.ids.mu.Lock()
-	defer e.ids.mu.Unlock()
-	ci := e.ids.m[c]
-	return ci != nil && ci.ident == ""
-}
-
-func (e *KIP1289) connIdent(c Conn) *connIdent {
-	if e.ids.m == nil {
-		e.ids.m = map[Conn]*connIdent{}
-	}
-	ci := e.ids.m[c]
-	if ci == nil {
-		ci = &connIdent{}
-		e.ids.m[c] = ci
-		go func() {
-			<-c.Done()
-			e.ids.mu.Lock()
-			delete(e.ids.m, c)
-			e.ids.mu.Unlock()
-		}()
-	}
-	return ci
+func (c *conn) Authenticating() bool {
+	c.saslMu.Lock()
+	defer c.saslMu.Unlock()
+	return c.sasl.started && c.sasl.ident == ""
 }
 
 // saslHandshake records the mechanism the broker accepted on c.
-func (e *KIP1289) saslHandshake(c Conn, mech string) {
-	e.ids.mu.Lock()
-	defer e.ids.mu.Unlock()
-	ci := e.connIdent(c)
+func (c *conn) saslHandshake(mech string) {
+	c.saslMu.Lock()
+	defer c.saslMu.Unlock()
 	// A re-authentication (KIP-368) starts over; the broker keeps the
 	// principal, and so does the proxy once the exchange completes.
-	ci.mech, ci.steps, ci.first = mech, 0, nil
+	c.sasl.mech, c.sasl.steps, c.sasl.first, c.sasl.started = mech, 0, nil, true
 }
 
 // saslAuthenticated records one SaslAuthenticate round trip the broker
 // accepted on c, with the token the client sent and the broker's reply.
-func (e *KIP1289) saslAuthenticated(c Conn, token, reply []byte) {
-	var known string // the principal, once it became known: told to c after e.ids.mu is released
+func (c *conn) saslAuthenticated(token, reply []byte) {
+	var known string // the principal, once it became known: admitted after saslMu is released
 	defer func() {
-		if a, ok := c.(Authenticated); ok && known != "" {
-			a.Authenticated(known)
+		if known != "" {
+			c.Authenticated(known)
 		}
 	}()
-	e.ids.mu.Lock()
-	defer e.ids.mu.Unlock()
-	ci := e.connIdent(c)
+	c.saslMu.Lock()
+	defer c.saslMu.Unlock()
+	ci := &c.sasl
+	ci.started = true
+	kcfg := c.s.cfg.KIP1289
 	ci.steps++
 	if ci.steps == 1 {
 		ci.first = append([]byte(nil), token...)
@@ -138,12 +110,12 @@ func (e *KIP1289) saslAuthenticated(c Conn, token, reply []byte) {
 	case m == "OAUTHBEARER":
 		// The broker validated the token; its principal is the token's
 		// claim the cluster names (sasl.oauthbearer.sub.claim.name).
-		if sub, ok := oauthSubject(ci.first, e.cfg.OAuthBearerSubClaim); ok {
+		if sub, ok := oauthSubject(ci.first, kcfg.OAuthBearerSubClaim); ok {
 			id = "User:" + sub
 		} else {
 			id = tokenIdent(m, ci.first)
 		}
-	case m == "GSSAPI" && e.cfg.GSSAPIPrincipal != "":
+	case m == "GSSAPI" && kcfg.GSSAPIPrincipal != "":
 		// The operator vouches that every Kerberos connection to this
 		// sidecar is one principal (kip1289.gssapi_principal). Complete
 		// once the broker accepted the client's answer to its
@@ -151,7 +123,7 @@ func (e *KIP1289) saslAuthenticated(c Conn, token, reply []byte) {
 		// then an empty final reply): until then the connection stays
 		// authenticating, and TxnShareAcknowledge refuses it.
 		if ci.steps >= 2 && len(reply) == 0 {
-			id = e.cfg.GSSAPIPrincipal
+			id = kcfg.GSSAPIPrincipal
 		}
 	default:
 		id = tokenIdent(m, ci.first)
@@ -224,64 +196,44 @@ func scramUser(first []byte) (string, bool) {
 	return u, true
 }
 
-// SaslHandshake and SaslAuthenticate: the proxy follows, without changing
-// a byte, which principal the broker authenticated on each connection.
-func init() {
-	on(kmsg.SASLHandshake, saslHandshakeRequest, saslHandshakeResponse)
-	on(kmsg.SASLAuthenticate, saslAuthenticateRequest, saslAuthenticateResponse)
-}
+// SaslHandshake and SaslAuthenticate: the transport follows, without
+// changing a byte, which principal the broker authenticated on each
+// connection (transportHooks).
 
-func saslHandshakeRequest(env *Env, r *Request) (Action, *saslState) {
+func saslHandshakeRequest(r *Request) (Action, *saslState) {
 	req := kmsg.NewPtrSASLHandshakeRequest()
 	req.Version = r.Version
 	if req.ReadFrom(r.Body()) != nil {
 		return Action{}, nil
 	}
-	return Action{}, &saslState{conn: r.Conn, mech: req.Mechanism}
+	return Action{}, &saslState{conn: r.Conn.(*conn), mech: req.Mechanism}
 }
 
-func saslHandshakeResponse(env *Env, st *saslState, resp *kmsg.SASLHandshakeResponse) bool {
+func (s *Server) saslHandshakeResponse(st *saslState, resp *kmsg.SASLHandshakeResponse) bool {
 	if st != nil && resp.ErrorCode == 0 {
-		env.KIP.saslHandshake(st.conn, st.mech)
+		st.conn.saslHandshake(st.mech)
 	}
 	return false
 }
 
-func saslAuthenticateRequest(env *Env, r *Request) (Action, *saslState) {
+func saslAuthenticateRequest(r *Request) (Action, *saslState) {
 	req := kmsg.NewPtrSASLAuthenticateRequest()
 	req.Version = r.Version
 	if req.ReadFrom(r.Body()) != nil {
 		return Action{}, nil
 	}
-	return Action{}, &saslState{conn: r.Conn, token: req.SASLAuthBytes}
+	return Action{}, &saslState{conn: r.Conn.(*conn), token: req.SASLAuthBytes}
 }
 
-func saslAuthenticateResponse(env *Env, st *saslState, resp *kmsg.SASLAuthenticateResponse) bool {
+func (s *Server) saslAuthenticateResponse(st *saslState, resp *kmsg.SASLAuthenticateResponse) bool {
 	if st != nil && resp.ErrorCode == 0 {
-		env.KIP.saslAuthenticated(st.conn, st.token, resp.SASLAuthBytes)
+		st.conn.saslAuthenticated(st.token, resp.SASLAuthBytes)
 	}
 	return false
 }
 
 type saslState struct {
-	conn  Conn
+	conn  *conn
 	mech  string
 	token []byte
-}
-
-// foreignMemberMsg is the message of a share-group request refused because
-// it names a member bound to another principal.
-const foreignMemberMsg = "sharetx: this member id belongs to another principal"
-
-// foreignMember reports whether a share-group request (api) of st's
-// connection names a member bound to another principal
-// (staging.Ledger.MemberOfAnother); such a request is answered
-// GROUP_AUTHORIZATION_FAILED and never reaches the broker, which would let
-// it close or take over the member's share session.
-func (e *KIP1289) foreignMember(api string, st *shareState) bool {
-	if !e.ledger.MemberOfAnother(st.group, st.member, st.ident) {
-		return false
-	}
-	e.log.Info("refused a share-group request naming another principal's member", "api", api, "group", st.group, "member", st.member, "principal", st.ident)
-	return true
 }

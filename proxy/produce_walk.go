@@ -1,4 +1,4 @@
-package intercept
+package proxy
 
 import (
 	"errors"
@@ -6,40 +6,41 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 )
 
-// produceHead is the start of a Produce request body.
-type produceHead struct {
-	txnID    *string // v3+; aliases the body, whose buffer is reused: copy to keep
-	acks     int16
-	topicsAt int // offset of the topics array in the body
+// ProduceHead is the start of a Produce request body.
+type ProduceHead struct {
+	TxnID    *string // v3+; aliases the body, whose buffer is reused: copy to keep
+	Acks     int16
+	TopicsAt int // offset of the topics array in the body
 }
 
-// errBadProduce is a Produce request body that ends early or holds a
+// ErrBadProduce is a Produce request body that ends early or holds a
 // length it cannot.
-var errBadProduce = errors.New("malformed produce request")
+var ErrBadProduce = errors.New("malformed produce request")
 
-// walkProduce reads a Produce request body without decoding its records:
-// the one walker of the Produce layout the hooks share (transactional id
+// WalkProduce reads a Produce request body without decoding its records:
+// the one walker of the Produce layout the transport (acks) and the filters
+// share (transactional id
 // from v3, flexible from v9, topic ids from v13), on kbin's reader. It
 // reads the head, then hands each topic to onTopic (its name, or its id
 // from v13) and each of its partitions to onPartition (index and records,
 // which alias body); either returning false ends the walk there, as does a
 // nil onTopic (head only). It fails when the body is malformed before the
 // walk ended. The work is per topic and partition, never per record byte.
-func walkProduce(body []byte, version int16, onTopic func(name string, id [16]byte) bool, onPartition func(partition int32, records []byte) bool) (produceHead, error) {
-	var h produceHead
+func WalkProduce(body []byte, version int16, onTopic func(name string, id [16]byte) bool, onPartition func(partition int32, records []byte) bool) (ProduceHead, error) {
+	var h ProduceHead
 	r := kbin.Reader{Src: body}
 	flexible := version >= 9
 	switch {
 	case flexible:
-		h.txnID = r.UnsafeCompactNullableString()
+		h.TxnID = r.UnsafeCompactNullableString()
 	case version >= 3:
-		h.txnID = r.UnsafeNullableString()
+		h.TxnID = r.UnsafeNullableString()
 	}
-	h.acks = r.Int16()
+	h.Acks = r.Int16()
 	r.Int32() // timeout
-	h.topicsAt = len(body) - len(r.Src)
+	h.TopicsAt = len(body) - len(r.Src)
 	if !r.Ok() {
-		return h, errBadProduce
+		return h, ErrBadProduce
 	}
 	if onTopic == nil {
 		return h, nil
@@ -95,7 +96,7 @@ func walkProduce(body []byte, version int16, onTopic func(name string, id [16]by
 		skipTags()
 	}
 	if !r.Ok() {
-		return h, errBadProduce
+		return h, ErrBadProduce
 	}
 	return h, nil
 }
