@@ -45,7 +45,7 @@ type RunOptions struct {
 // listener and the metrics endpoint (opts.HTTP at metrics.address), finds
 // the cluster's brokers (retrying while the cluster cannot be reached; the
 // proxy serves meanwhile and Ready says why it is not ready), prepares the
-// KIP-1289 path (startFilter, retried), then refreshes the brokers every
+// filter, the KIP-1289 feature (startFilter, retried), then refreshes the brokers every
 // upstream.metadata_refresh.
 //
 // It returns nil after a shutdown that ctx asked for; a *configs.Error when
@@ -144,7 +144,7 @@ func (s *Server) Run(ctx context.Context, opts RunOptions) error {
 		if ctx.Err() != nil {
 			return s.stop(out)
 		}
-		fmt.Fprintf(out, "sharetx: starting the filter failed (attempt %d): %v; retrying\n", attempt, err)
+		fmt.Fprintf(out, "sharetx: the cluster answers, but the proxy's feature did not start (attempt %d): %v; retrying\n", attempt, err)
 		if !wait(attempt) {
 			return s.stop(out)
 		}
