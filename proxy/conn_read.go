@@ -118,20 +118,37 @@ func (c *conn) readClient() {
 		// Whether the frame's buffer may go back to the pool once it is
 		// written upstream: not when a request hook saw it (it may keep a
 		// part of it), unless the hook keeps nothing.
-		recycle := true
-		var act Action
-		if h.Hook != nil {
-			recycle = h.HookKeepsNothing
-			if !recycle && !c.decodable(h, hdr, frame) {
+		recycle := h.Hook == nil || h.HookKeepsNothing
+		if !recycle && !c.decodable(h, hdr, frame) {
+			return
+		}
+		expectResponse := true
+		if h.Responds != nil {
+			// Read before a hook runs: no hook changes what decides it
+			// (Produce's acks).
+			if expectResponse, err = h.Responds(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
+				c.log.Warn("closing connection: malformed request", "api", h.Name, "err", err)
+				c.stopReading("malformed_frame")
 				return
 			}
+		}
+		// The request takes its place in the client's order before any
+		// hook runs: enqueue can wait (limits.max_in_flight responses
+		// owed), and a hook may hold a lock of its filter's until the
+		// request is written (Action.Written, a share session's), which
+		// must never span that wait.
+		if expectResponse && !c.enqueue(p) {
+			return
+		}
+		var act Action
+		if h.Hook != nil {
 			t := time.Now()
 			act = h.Hook(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
 			if h.Known && !h.Served {
 				c.s.metrics.api(hdr.Key).hookRequest.Observe(time.Since(t).Seconds())
 			}
 			if h.Served || act.Local != nil || act.Async != nil || act.Close != "" {
-				if !c.handleLocal(h, hdr, act) {
+				if !c.handleLocal(p, act, expectResponse) {
 					return
 				}
 				continue
@@ -141,21 +158,6 @@ func (c *conn) readClient() {
 				frame = rebuildFrame(frame[:hdr.BodyOffset], act.Body)
 				recycle = false
 			}
-		}
-
-		expectResponse := true
-		if h.Responds != nil {
-			if expectResponse, err = h.Responds(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
-				c.log.Warn("closing connection: malformed request", "api", h.Name, "err", err)
-				c.stopReading("malformed_frame")
-				return
-			}
-		}
-		if expectResponse && !c.enqueue(p) {
-			if act.Written != nil {
-				act.Written()
-			}
-			return
 		}
 		err = c.send(frame, p, expectResponse)
 		if act.Written != nil {
@@ -188,30 +190,42 @@ func (c *conn) decodable(h *Handler, hdr RequestHeader, frame []byte) bool {
 	return false
 }
 
-// handleLocal carries out a hook's decision to answer (now or later) or to
-// close instead of forwarding; it returns false when reading must stop.
-func (c *conn) handleLocal(h *Handler, hdr RequestHeader, act Action) bool {
+// handleLocal carries out a hook's decision to answer p (now or later) or
+// to close instead of forwarding it; it returns false when reading must
+// stop. p is in the client's order already when a response was expected
+// (enqueued); otherwise it takes its place now.
+func (c *conn) handleLocal(p *pending, act Action, enqueued bool) bool {
 	if act.Written != nil {
 		defer act.Written()
 	}
+	p.local = true
 	if act.Close != "" {
-		c.log.Warn("closing connection", "reason", act.Close, "api_key", hdr.Key)
+		c.log.Warn("closing connection", "reason", act.Close, "api_key", p.hdr.Key)
 		c.stopReading(act.Close)
+		if enqueued {
+			close(p.done) // no answer: nothing is written for it, the pair closes after the answers before it
+		}
 		return false
 	}
-	p := &pending{hdr: hdr, h: h, start: time.Now(), done: make(chan struct{}), local: true}
 	switch {
 	case act.Local != nil:
-		p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, act.Local)
+		p.frame = EncodeResponseFrame(p.hdr.CorrelationID, p.hdr.Key, act.Local)
 		close(p.done)
 	case act.Async != nil:
 		go func() {
 			resp := act.Async()
-			p.frame = EncodeResponseFrame(hdr.CorrelationID, hdr.Key, resp)
+			p.frame = EncodeResponseFrame(p.hdr.CorrelationID, p.hdr.Key, resp)
 			close(p.done)
 		}()
+	default: // a served key's hook decided nothing: a hook's bug, answered by closing
+		c.log.Error("closing connection: the hook of a served key neither answered nor closed", "api_key", p.hdr.Key)
+		c.stopReading("malformed_frame")
+		if enqueued {
+			close(p.done)
+		}
+		return false
 	}
-	return c.enqueue(p)
+	return enqueued || c.enqueue(p)
 }
 
 // rebuildFrame joins a request header (with its size prefix) and a new body.

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/kip1289"
 )
 
@@ -385,6 +386,80 @@ func TestDispatchThroughProxy(t *testing.T) {
 			if err := resp.ReadFrom(f[8:]); err != nil || resp.ErrorCode != kerr.UnsupportedVersion.Code {
 				t.Fatalf("ApiVersions v99: %+v, %v", resp, err)
 			}
+		}
+	}
+}
+
+// parkFilter answers Metadata itself, later, when release is closed, and
+// records when its ApiVersions hook runs.
+type parkFilter struct {
+	fakeFilter
+	release  chan struct{}
+	versions chan struct{} // closed by the ApiVersions hook
+}
+
+func (f *parkFilter) Register(h *Hooks) {
+	On(h, kmsg.Metadata, func(r *Request) (Action, *int) {
+		return Action{Async: func() kmsg.Response {
+			<-f.release
+			resp := kmsg.NewPtrMetadataResponse()
+			resp.Version = r.Version
+			return resp
+		}}, nil
+	}, func(*int, *kmsg.MetadataResponse) bool { return false })
+	On(h, kmsg.ApiVersions, func(*Request) (Action, *int) {
+		close(f.versions)
+		return Action{}, nil
+	}, func(*int, *kmsg.ApiVersionsResponse) bool { return false })
+}
+
+// TestHookRunsAfterItsPlaceInOrder: a request's hook runs only once the
+// request has its place in the client's order, never while the read loop
+// waits for one (limits.max_in_flight responses owed): a hook may hold a
+// lock of its filter's until its request is written (a share session's),
+// and that must not span the wait. Two Metadata requests answered only
+// later fill the order (max_in_flight 1: one waiting in writeClient, one
+// queued); the ApiVersions behind them waits for its place without its
+// hook having run, and is hooked and answered once they are.
+func TestHookRunsAfterItsPlaceInOrder(t *testing.T) {
+	f := &parkFilter{release: make(chan struct{}), versions: make(chan struct{})}
+	s, _ := startTestProxyWith(t, func(c *configs.Config) { c.Limits.MaxInFlight = 1 },
+		func(FilterContext) (Filter, error) { return f, nil })
+	c, err := net.Dial("tcp", s.BootstrapAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	md := kmsg.NewPtrMetadataRequest()
+	md.Version = 9
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	var burst []byte
+	burst = append(burst, frameOf(md, 1, "c")...)
+	burst = append(burst, frameOf(md, 2, "c")...)
+	burst = append(burst, frameOf(av, 3, "c")...)
+	if _, err := c.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-f.versions:
+		t.Fatal("the ApiVersions hook ran while its request waited for a place in the client's order")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(f.release)
+	select {
+	case <-f.versions:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the ApiVersions hook never ran once the order had room")
+	}
+	for _, want := range []int32{1, 2, 3} {
+		fr, err := ReadFrame(c, 1<<20)
+		if err != nil {
+			t.Fatalf("waiting for the response to %d: %v", want, err)
+		}
+		if got := int32(binary.BigEndian.Uint32(fr[4:])); got != want {
+			t.Fatalf("response with correlation id %d, want %d", got, want)
 		}
 	}
 }
