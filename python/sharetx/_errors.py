@@ -49,8 +49,9 @@ NOT_LEADER_OR_FOLLOWER = 6
 UNSUPPORTED_VERSION = 35
 
 # A producer that got one of these can never stage again.
+# librdkafka raises _FATAL ("Local: Fatal error") from produce() once its producer is fenced.
 FENCED_CODES = frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED,
-                          KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+                          KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError._FATAL})
 
 
 def code_name(code: int) -> str:

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from . import _protocol as P
 from ._acks import ShareAcknowledgementBatch, ShareAcknowledgements, ShareGroupMetadata, TopicIdPartition, batches_wire
-from ._errors import (ABORTABLE_CODES, COORDINATOR_LOAD_IN_PROGRESS, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID,
+from ._errors import (ABORTABLE_CODES, COORDINATOR_LOAD_IN_PROGRESS, FENCED_CODES, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID,
                       code_name, error_for, error_of, is_fatal, kafka_exception)
 from ._sidecar import (AuthenticationFailed, Deadline, NotASidecar, Settings, SidecarClient, SidecarTimeout,
                        unsupported_version)
@@ -277,24 +277,40 @@ class Producer(confluent_kafka.Producer):
             super().produce(self._stx.shadow_topic, value=TOUCH_VALUE, partition=part, headers=TOUCH_HEADERS,
                             on_delivery=lambda err, msg: result.append(err))
         except KafkaException as e:
-            if is_fatal(e):
-                self._fatal = e
-            raise
+            self._raise_touch_failure(e)
         while not result:
             if deadline.passed():
                 raise _Timeout("the transaction's touch record to %s[%d] was not acknowledged within the timeout"
                                % (self._stx.shadow_topic, part))
-            super().flush(max(0.0, min(deadline.left(), 0.5)))
+            try:
+                super().flush(max(0.0, min(deadline.left(), 0.5)))
+            except KafkaException as e:
+                self._raise_touch_failure(e)
+            except SystemError as e:
+                # confluent-kafka 2.16 raises SystemError when librdkafka reports a fatal error (a
+                # fenced producer) while it runs a delivery callback: the KafkaException is its cause.
+                cause = e.__cause__ or e.__context__
+                if isinstance(cause, KafkaException):
+                    self._raise_touch_failure(cause)
+                if not result:
+                    raise
         err = result[0]
         if err is not None:
             e = KafkaException(err)
-            if err.fatal() or err.code() in (KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-                                             KafkaError._FENCED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
+            if err.fatal() or err.code() in FENCED_CODES:
                 self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
                                               % err.str(), fatal=True)
                 raise self._fatal
             raise kafka_exception(err.code(), "sharetx: producing the transaction's touch record failed: %s" % err.str(),
                                   txn_requires_abort=True) from e
+
+    def _raise_touch_failure(self, e: KafkaException) -> None:
+        err = error_of(e)
+        if err is not None and is_fatal(e):
+            self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
+                                          % err.str(), fatal=True)
+            raise self._fatal from None
+        raise e
 
     # ------------------------------------------------------------ staging
 
