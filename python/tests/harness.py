@@ -15,7 +15,6 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    ResourceType)
 
 import sharetx
-from sharetx import _protocol as P
 from sharetx._sidecar import Deadline, Settings, SidecarClient
 from sharetx._wire import Reader, Writer
 
