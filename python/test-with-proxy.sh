@@ -5,7 +5,7 @@
 # stalled sidecar and the examples) through sharetx proxies in front of the cluster at SEEDS, or
 # (embedded) through the zero-config start, sharetx with no upstream and its embedded cluster:
 # builds cmd/sharetx, starts it on free loopback ports, waits for /readyz, makes a virtual
-# environment, installs ./python and pytest in it, runs pytest with SHARETX_BOOTSTRAP (the proxy)
+# environment (python/venv.sh), installs ./python and pytest in it, runs pytest with SHARETX_BOOTSTRAP (the proxy)
 # and SHARETX_KAFKA_BOOTSTRAP (the cluster) set and SHARETX_REQUIRE_SIDECAR=1 (a test that needs
 # the proxy fails rather than skips), and stops the proxies it started. Exit status: pytest's.
 #
@@ -29,11 +29,9 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0
 
 t0=$SECONDS
 # The virtual environment first (pip may download confluent-kafka the first time), beside the build.
-if [ ! -x "$VENV/bin/python" ]; then "$PY" -m venv "$VENV"; fi
-(cd "$ROOT/python" && "$VENV/bin/pip" install -q --disable-pip-version-check . pytest) >"$WORK/pip.log" 2>&1 || {
-  log "pip install failed:"; tail -20 "$WORK/pip.log" >&2; exit 1; }
-rm -rf "$ROOT/python/build" "$ROOT/python"/*.egg-info
-log "venv $VENV: $("$VENV/bin/python" -c 'import confluent_kafka, sharetx; v = confluent_kafka.version(); print("confluent-kafka", v[0] if isinstance(v, tuple) else v, "librdkafka", confluent_kafka.libversion()[0], "sharetx", sharetx.__version__)')"
+VPY=$(SHARETX_PY_VENV=$VENV PYTHON=$PY "$ROOT/python/venv.sh" pytest 2>"$WORK/pip.log" | tail -n 1) || {
+  log "python/venv.sh failed:"; tail -20 "$WORK/pip.log" >&2; exit 1; }
+log "venv $VENV: $("$VPY" -c 'import confluent_kafka, sharetx; v = confluent_kafka.version(); print("confluent-kafka", v[0] if isinstance(v, tuple) else v, "librdkafka", confluent_kafka.libversion()[0], "sharetx", sharetx.__version__)')"
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/sharetx" ./cmd/sharetx)
 
 PIDS=()
@@ -92,7 +90,7 @@ rc=0
 (cd "$ROOT/python" && SHARETX_BOOTSTRAP=$plain_BS SHARETX_KAFKA_BOOTSTRAP=$kafka_BS SHARETX_SASL_BOOTSTRAP=$sasl_BS \
   SHARETX_SASL_TLS_BOOTSTRAP=$sasltls_BS SHARETX_TLS_BOOTSTRAP=$tls_BS SHARETX_TLS_CA=$WORK/tls-cert.pem \
   SHARETX_STALL_BOOTSTRAP=$stall_BS SHARETX_STALL_PID=$stall_PID SHARETX_REQUIRE_SIDECAR=1 \
-  "$VENV/bin/python" -m pytest -p no:cacheprovider -rs "$@") || rc=$?
+  "$VPY" -m pytest -p no:cacheprovider -rs "$@") || rc=$?
 if [ $rc != 0 ]; then
   log "pytest failed (rc=$rc); proxy warnings:"; grep -hE 'level=(WARN|ERROR)' "$WORK"/proxy-*.log | tail -20 >&2 || true
   for nm in "${METS[@]}"; do
