@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: soak run build test test-race e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench bench-quick bench-pin test-java test-java-embedded test-java-compat test-python test-python-embedded
+.PHONY: soak run build test test-race e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench bench-quick bench-pin test-java test-java-embedded test-java-compat test-python test-python-embedded demo-python
 
 run:
 	go run ./cmd/sharetx
@@ -171,7 +171,8 @@ test-python-embedded:
 # none,proxy-kill --json chaos.json'. KAFKA_E2E_DIR/KAFKA_BASE_PORT pass through.
 CHAOS_FLAGS ?=
 # CHAOS_WORKER=java: the workers in Java (e2e/chaos/java, the library's consume-transform-produce;
-# needs java, javac and mvn).
+# needs java, javac and mvn); CHAOS_WORKER=python: in Python (e2e/chaos/python, confluent-kafka and
+# the sharetx package in python/.venv; needs python3).
 CHAOS_WORKER ?= go
 chaos:
 	@seeds=$$(KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=3 e2e/kafka/kafka.sh up | tail -n 1) && echo "== chaos ($(CHAOS_WORKER) workers) on real Kafka $(KAFKA_VERSION) x3: $$seeds" && \
@@ -252,3 +253,7 @@ demo:
 # The demo with its workers in Java (examples/demo/java, built by java/apps.sh; needs Java 17 and Maven).
 demo-java:
 	go run ./examples/demo --worker-lang java $(DEMO_FLAGS)
+
+# The demo with its workers in Python (examples/demo/python, in python/venv.sh's environment; needs python3).
+demo-python:
+	go run ./examples/demo --worker-lang python $(DEMO_FLAGS)
