@@ -107,11 +107,10 @@ class Producer(confluent_kafka.Producer):
 
         ``metadata`` names the share group of the consumer that polled the records; its member id
         may be "" (epoch -1) to let the sidecar resolve the member that acquired them
-        (:func:`sharetx.share_group_metadata`). The first call of a transaction produces the
-        transaction's touch record first (a record to the sidecar's shadow topic, with the
-        producer's own id and epoch), so that a fenced producer (a zombie) fails here before
-        anything is staged, and so that a transaction holding only acknowledgements still ends with
-        EndTxn. Each call is all or nothing; on any exception abort the transaction (unless it is
+        (:func:`sharetx.share_group_metadata`). Every call produces a touch record first (a record
+        to the sidecar's shadow topic, with the producer's own id and epoch) and waits for it, so
+        that a fenced producer (a zombie) fails here before anything is staged, and so that a
+        transaction holding only acknowledgements still ends with EndTxn. Each call is all or nothing; on any exception abort the transaction (unless it is
         fatal: then close the producer). Empty acknowledgements do nothing.
 
         :raises KafkaException: see the class documentation (``_TIMED_OUT`` is retriable: the
@@ -141,15 +140,18 @@ class Producer(confluent_kafka.Producer):
                                       % error_of(self._abortable).str(), txn_requires_abort=True)  # type: ignore[union-attr]
             deadline = Deadline(timeout)
             try:
-                if not self._touched:
-                    # Is a sidecar there? Before the touch, so that a producer connected straight to
-                    # the cluster writes nothing.
-                    self._probe(deadline)
-                    # librdkafka hides the producer id and epoch: the touch record, produced with them
-                    # in the transaction, fences a zombie (the broker refuses its epoch) and tells the
-                    # sidecar the current ids, which the -1/-1 extension then names.
-                    self._touch(deadline)
-                    self._touched = True
+                # Is a sidecar there? Before the touch, so that a producer connected straight to the
+                # cluster writes nothing (once per connection).
+                self._probe(deadline)
+                # librdkafka hides the producer id and epoch: the touch record, produced with them in
+                # the transaction, fences a zombie (the broker refuses its epoch) and tells the
+                # sidecar the current ids, which the -1/-1 extension then names. Before every call,
+                # not only the transaction's first: the sidecar resolves -1/-1 to the ids it saw
+                # last for the transactional id, so a zombie whose transaction was touched before a
+                # newer instance initialised would otherwise stage its later calls into the newer
+                # instance's transaction (test_zombie_cannot_stage_a_later_call).
+                self._touch(deadline)
+                self._touched = True
                 self._stage(acknowledgements, metadata, deadline)
                 self._unresolved = False
             except _Timeout as e:

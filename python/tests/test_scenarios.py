@@ -250,6 +250,44 @@ def test_zombie_producer_is_fenced():
         assert s.left_for_fresh_member(QUIET) == [], "records left after the fresh producer committed"
 
 
+def test_zombie_cannot_stage_a_later_call():
+    """A zombie whose transaction already staged (its touch record written) before a newer instance
+    initialised: its next call in that transaction is refused (fatal) before anything is staged, and
+    what it staged first is released by the abort, not committed by the newer instance's
+    transaction. (Touching only on a transaction's first call let such a call stage with the -1/-1
+    extension into the newer instance's transaction.)"""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        txn_id = unique("pzombie2")
+        zombie = s.producer(txn_id)
+        zombie.init_transactions(POLL)
+        msgs = []
+        while len(msgs) < 4:
+            msgs += poll_some(c)
+            assert len(msgs) == 4, "want the 4 records in one poll, got %d" % len(msgs)  # explicit mode
+        md = sharetx.share_group_metadata(c, s.group)
+        zombie.begin_transaction()
+        zombie.send_share_acknowledgements_to_transaction(acks_of(msgs[:2]), md)
+        fresh = s.producer(txn_id)
+        fresh.init_transactions(POLL)  # fences the zombie and aborts its transaction
+        fresh.begin_transaction()
+        fresh.produce(s.output, key=b"k", value=b"fresh")
+        with pytest.raises(KafkaException) as e:
+            zombie.send_share_acknowledgements_to_transaction(acks_of(msgs[2:]), md, timeout=30)
+        assert e.value.args[0].fatal(), e.value.args[0]
+        fresh.commit_transaction(POLL)  # commits nothing of the zombie's
+        sharetx.release_for_redelivery(c, msgs)
+        c.poll(0.5)
+        s.closeables.remove(zombie)
+        try:
+            zombie.close(10)
+        except KafkaException as e2:
+            assert e2.args[0].fatal(), e2  # librdkafka aborts the open transaction on close: fenced
+        s.close_clients()
+        left = s.left_for_fresh_member(QUIET)
+        assert offsets(left) == offsets(msgs), "every record is still to be processed: none was acknowledged"
+
+
 def test_transaction_timeout():
     """A transaction that never ends is aborted by the coordinator; the sidecar releases its records
     (redelivered), and a new transaction stages and commits them."""
