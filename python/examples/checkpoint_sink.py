@@ -9,7 +9,9 @@ their own with sharetx.TransactionalShareAcknowledger.
         --txn-id sink-example-1 --sink /tmp/sink.db --seed 1000 --max-records 1000 --batch 50 --fail-every 4
 
 --fail-every N fails every N-th checkpoint after the sink wrote and before the acknowledgements'
-commit (the records come back; the sink writes them again, idempotently). It ends with a summary:
+commit, if it holds only first deliveries (the records come back; the sink writes them again,
+idempotently; a record fails on purpose once at most, so that none reaches the group's delivery
+count limit and is archived). It ends with a summary:
 in (deliveries), acked, checkpoints, failed, sink (rows in the database). Each row counts its
 deliveries and how often its acknowledgement was committed (acked: 1 for every row, exactly once).
 """
@@ -24,7 +26,7 @@ import time
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException
 
 import sharetx
-from example_setup import batches, client_config, consumer_config, parser, seed
+from example_setup import batches, client_config, consumer_config, first_delivery, parser, seed
 
 
 def main() -> int:
@@ -67,7 +69,7 @@ def main() -> int:
                                    [((m.key() or b"").decode(), m.value()) for m in batch])
                 acks = sharetx.ShareAcknowledgements.from_messages(batch, AcknowledgeType.ACCEPT)
                 try:
-                    if args.fail_every and checkpoints % args.fail_every == 0:
+                    if args.fail_every and checkpoints % args.fail_every == 0 and first_delivery(batch):
                         raise KafkaException(KafkaError(KafkaError._APPLICATION,
                                                         "failing this checkpoint on purpose (--fail-every %d)"
                                                         % args.fail_every))

@@ -7,8 +7,9 @@ release them for redelivery.
     python3 python/examples/consume_transform_produce.py --group ctp-example --input orders \\
         --output orders-upper --txn-id ctp-example-1 --seed 1000 --max-records 1000 --batch 50 --abort-every 5
 
---abort-every N aborts every N-th transaction on purpose (its inputs come back and are processed
-again). It ends with a summary: in (deliveries), out (committed outputs), commits, aborts.
+--abort-every N aborts every N-th transaction on purpose if it holds only first deliveries (its
+inputs come back and are processed again; a record is aborted on purpose once at most, so that none
+reaches the group's delivery count limit, 5 by default, and is archived unprocessed). It ends with a summary: in (deliveries), out (committed outputs), commits, aborts.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException
 
 import sharetx
-from example_setup import batches, client_config, consumer_config, parser, seed
+from example_setup import batches, client_config, consumer_config, first_delivery, parser, seed
 
 
 def main() -> int:
@@ -60,7 +61,7 @@ def main() -> int:
                         producer.produce(args.output, key=m.key(), value=(m.value() or b"").upper())
                     producer.send_share_acknowledgements_to_transaction(                     # 1. stage
                         sharetx.ShareAcknowledgements.from_messages(batch, AcknowledgeType.ACCEPT), metadata)
-                    if args.abort_every and txns % args.abort_every == 0:
+                    if args.abort_every and txns % args.abort_every == 0 and first_delivery(batch):
                         raise KafkaException(KafkaError(KafkaError._APPLICATION, "aborting this transaction on "
                                                         "purpose (--abort-every %d)" % args.abort_every))
                     producer.commit_transaction(60)                                          # 2. commit

@@ -55,6 +55,14 @@ def consumer_config(args: argparse.Namespace) -> Dict[str, Any]:
     return dict(client_config(args.bootstrap), **{"group.id": args.group})
 
 
+def first_delivery(msgs: List[Any]) -> bool:
+    """Whether every record of ``msgs`` is delivered for the first time. The examples fail on purpose
+    only such transactions: a record that failed over and over would reach the share group's
+    delivery count limit (share.delivery.count.limit, 5 by default) and be archived unprocessed,
+    which is Kafka's poison-record protection, not a loss of sharetx's."""
+    return all((m.delivery_count() or 1) <= 1 for m in msgs)
+
+
 def batches(msgs: List[Any], size: int) -> List[List[Any]]:
     """A poll's records in transactions of at most ``size`` (all of them when size is 0)."""
     if size <= 0:
