@@ -91,7 +91,6 @@ class Producer(confluent_kafka.Producer):
         self._shadow_partitions_at = 0.0
         # The transaction as this class sees it.
         self._in_txn = False
-        self._touched = False  # the transaction's touch record is written
         self._abortable: Optional[KafkaException] = None
         self._fatal: Optional[KafkaException] = None
         self._unresolved = False  # a call of this transaction timed out and was not retried successfully
@@ -151,7 +150,6 @@ class Producer(confluent_kafka.Producer):
                 # newer instance initialised would otherwise stage its later calls into the newer
                 # instance's transaction (test_zombie_cannot_stage_a_later_call).
                 self._touch(deadline)
-                self._touched = True
                 self._stage(acknowledgements, metadata, deadline)
                 self._unresolved = False
             except _Timeout as e:
@@ -171,7 +169,6 @@ class Producer(confluent_kafka.Producer):
         super().begin_transaction(*args, **kwargs)
         with self._stx_lock:
             self._in_txn = True
-            self._touched = False
             self._abortable = None
             self._unresolved = False
 

@@ -57,7 +57,7 @@ def sasl(mechanism: str, user: str, password: str) -> Dict[str, Any]:
 def tls(mechanism: Optional[str], user: str = "", password: str = "") -> Dict[str, Any]:
     bootstrap()
     name = "SHARETX_TLS_BOOTSTRAP" if mechanism is None else "SHARETX_SASL_TLS_BOOTSTRAP"
-    bs = env(name, "no proxy with TLS listeners")
+    bs = env(name, "no proxy with TLS listeners" + ("" if mechanism is None else " in front of a SASL listener"))
     ca = env("SHARETX_TLS_CA", "no CA file for the TLS proxies")
     conf: Dict[str, Any] = {} if mechanism is None else sasl(mechanism, user, password)
     conf.update({"bootstrap.servers": bs, "security.protocol": "SSL" if mechanism is None else "SASL_SSL",
