@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
@@ -295,13 +295,12 @@ class Producer(confluent_kafka.Producer):
                     raise
         err = result[0]
         if err is not None:
-            e = KafkaException(err)
             if err.fatal() or err.code() in FENCED_CODES:
                 self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
                                               % err.str(), fatal=True)
                 raise self._fatal
             raise kafka_exception(err.code(), "sharetx: producing the transaction's touch record failed: %s" % err.str(),
-                                  txn_requires_abort=True) from e
+                                  txn_requires_abort=True) from KafkaException(err)
 
     def _raise_touch_failure(self, e: KafkaException) -> None:
         err = error_of(e)
@@ -314,7 +313,7 @@ class Producer(confluent_kafka.Producer):
     # ------------------------------------------------------------ staging
 
     def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline) -> None:
-        left: Dict[TopicIdPartition, tuple] = dict(acks.items())
+        left: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]] = dict(acks.items())
         refresh = False
         last: Optional[BaseException] = None
         attempt = 0
@@ -390,8 +389,8 @@ class Producer(confluent_kafka.Producer):
         for name in [n for n, tm in self._topics.items() if tm.topic_id == tid]:
             del self._topics[name]
 
-    def _route(self, acks: Dict[TopicIdPartition, tuple], refresh: bool, deadline: Deadline
-               ) -> Dict[str, List[tuple]]:
+    def _route(self, acks: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]], refresh: bool,
+               deadline: Deadline) -> Dict[str, List[Tuple[TopicIdPartition, P.AckPartition]]]:
         """Groups the partitions by their leader's address (the sidecar's listener for it), looking
         topic ids and leaders up as needed."""
         need = sorted({tip.topic for tip in acks if tip.topic is not None and (refresh or tip.topic not in self._topics)})
@@ -408,7 +407,7 @@ class Producer(confluent_kafka.Producer):
                     self._topics[t] = tm
             if problems:
                 raise _Retry("looking up topic ids: " + "; ".join(problems))
-        out: Dict[str, List[tuple]] = {}
+        out: Dict[str, List[Tuple[TopicIdPartition, P.AckPartition]]] = {}
         for tip, batches in acks.items():
             tm = self._topics.get(tip.topic) if tip.topic is not None else None
             tid = tip.topic_id if tip.topic_id is not None else tm.topic_id  # type: ignore[union-attr]

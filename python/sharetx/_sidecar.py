@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from . import _protocol as P
 from ._errors import kafka_exception
@@ -380,5 +380,5 @@ class SidecarClient:
             self.close_address(a)
 
 
-def unsupported_version(msg: str) -> Exception:
+def unsupported_version(msg: str) -> KafkaException:
     return kafka_exception(KafkaError.UNSUPPORTED_VERSION, "sharetx: " + msg, fatal=True)

@@ -8,10 +8,10 @@ sidecar relays it with its own credentials: the application needs no WRITE on th
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Tuple, Union
 
 TOUCH_VALUE = b"sharetx-touch"
-TOUCH_HEADERS: List[Tuple[str, bytes]] = [("sharetx", b"touch")]
+TOUCH_HEADERS: List[Tuple[str, Union[str, bytes, None]]] = [("sharetx", b"touch")]
 
 
 def shadow_partition(transactional_id: str, partitions: int) -> int:

@@ -106,16 +106,16 @@ class Reader:
         return v
 
     def int8(self) -> int:
-        return _I8.unpack(self._take(1))[0]
+        return int(_I8.unpack(self._take(1))[0])
 
     def int16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
+        return int(_I16.unpack(self._take(2))[0])
 
     def int32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
+        return int(_I32.unpack(self._take(4))[0])
 
     def int64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
+        return int(_I64.unpack(self._take(8))[0])
 
     def bool(self) -> bool:
         return self.int8() != 0
