@@ -6,7 +6,7 @@ KAFKA := KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=$(KAFKA_NODES) e2e/kafka/kaf
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZTIME ?= 10s
 
-.PHONY: soak run build test test-race e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench bench-quick bench-pin test-java test-java-embedded test-java-compat
+.PHONY: soak run build test test-race e2e-on test-kfake kafka-up kafka-down kafka-status fuzz vet chaos demo demo-java bench bench-quick bench-pin test-java test-java-embedded test-java-compat test-python test-python-embedded demo-python
 
 run:
 	go run ./cmd/sharetx
@@ -56,7 +56,9 @@ test:
 	@$(STEP) --together \
 	  "Go, race detector: every package, kfake halves" "$(MAKE) --no-print-directory test-race" \
 	  "Go, Kafka x1: real-broker halves" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=1 E2E_PASS=one-node PKGS='./e2e ./e2e/bench'"
-	@$(STEP) "Java library through a proxy (Kafka x1)" $(MAKE) --no-print-directory test-java
+	@$(STEP) --together \
+	  "Java library through a proxy (Kafka x1)" "$(MAKE) --no-print-directory test-java" \
+	  "Python library: through a proxy (Kafka x1), then the zero-config start" "$(MAKE) --no-print-directory test-python test-python-embedded"
 	@$(STEP) --together \
 	  "Go, Kafka x3: chaos, soak" "$(MAKE) --no-print-directory e2e-on KAFKA_NODES=3 E2E_PASS=three-node PKGS='./e2e/chaos'" \
 	  "Java library, kafka-clients 4.2.2 / Kafka 4.2.2" "$(MAKE) --no-print-directory test-java-compat"
@@ -143,6 +145,25 @@ test-java-compat:
 	rc=0; JAVA_TEST_COPY=1 SASL_SEEDS=$$sasl_seeds java/test-with-proxy.sh "$$seeds" -Dkafka.version=$(JAVA_COMPAT_VERSION) || rc=$$?; \
 	$(JAVA_COMPAT_KAFKA) down; exit $$rc
 
+# The Python library (python/, the sharetx package for confluent-kafka): its unit tests, the
+# KIP-1289 scenarios, the security protocols, the stalled sidecar and the examples, with pytest in a
+# virtual environment (python/.venv, made and filled by the script: pip install ./python pytest),
+# through proxies built from this tree on free ports in front of the running Kafka $(KAFKA_VERSION)
+# cluster (or one it starts) and its SASL listener (python/test-with-proxy.sh; SHARETX_REQUIRE_SIDECAR=1:
+# the scenarios fail rather than skip without a proxy).
+test-python:
+	@if e2e/kafka/kafka.sh status >/dev/null 2>&1; then seeds=$$(e2e/kafka/kafka.sh bootstrap); \
+	else seeds=$$($(KAFKA) up | tail -n 1); fi && \
+	sasl_seeds=$$(e2e/kafka/kafka.sh sasl-bootstrap) && \
+	echo "== Python library (confluent-kafka) through the proxy to $$seeds (SASL $$sasl_seeds)" && \
+	SASL_SEEDS=$$sasl_seeds python/test-with-proxy.sh "$$seeds" -q
+
+# The same through the zero-config start (embedded cluster); the tests that need a SASL listener or
+# the cluster's own address skip, saying so.
+test-python-embedded:
+	@echo "== Python library (confluent-kafka) through the zero-config start (embedded cluster)"
+	@python/test-with-proxy.sh embedded -q
+
 # Chaos test of transactional share-group acknowledgements (e2e/chaos): starts
 # (or reuses) a three-node cluster, then one phase per fault (none, worker-kill,
 # proxy-kill, broker-restart, worker-stall, txn-timeout) with sharetx and worker
@@ -151,7 +172,8 @@ test-java-compat:
 # none,proxy-kill --json chaos.json'. KAFKA_E2E_DIR/KAFKA_BASE_PORT pass through.
 CHAOS_FLAGS ?=
 # CHAOS_WORKER=java: the workers in Java (e2e/chaos/java, the library's consume-transform-produce;
-# needs java, javac and mvn).
+# needs java, javac and mvn); CHAOS_WORKER=python: in Python (e2e/chaos/python, confluent-kafka and
+# the sharetx package in python/.venv; needs python3).
 CHAOS_WORKER ?= go
 chaos:
 	@seeds=$$(KAFKA_VERSION=$(KAFKA_VERSION) KAFKA_NODES=3 e2e/kafka/kafka.sh up | tail -n 1) && echo "== chaos ($(CHAOS_WORKER) workers) on real Kafka $(KAFKA_VERSION) x3: $$seeds" && \
@@ -232,3 +254,7 @@ demo:
 # The demo with its workers in Java (examples/demo/java, built by java/apps.sh; needs Java 17 and Maven).
 demo-java:
 	go run ./examples/demo --worker-lang java $(DEMO_FLAGS)
+
+# The demo with its workers in Python (examples/demo/python, in python/venv.sh's environment; needs python3).
+demo-python:
+	go run ./examples/demo --worker-lang python $(DEMO_FLAGS)

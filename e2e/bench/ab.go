@@ -125,17 +125,17 @@ func abFigures(rs []*Results) []abFigure {
 	}
 	var seen []mb
 	for _, r := range rs {
-		for _, p := range append(slices.Clone(r.Pipeline), r.JavaEOS...) {
+		for _, p := range append(append(slices.Clone(r.Pipeline), r.JavaEOS...), r.PythonEOS...) {
 			if k := (mb{p.Mode, p.Batch}); !slices.Contains(seen, k) {
 				seen = append(seen, k)
 			}
 		}
 	}
 	for _, k := range seen {
-		fs = append(fs, abFigure{fmt.Sprintf("%s, transactions of %d", k.mode, k.batch), "records/s", !strings.HasSuffix(k.mode, "direct") && k.mode != modeGroupEOS && k.mode != modeJavaGroupEOS, true,
+		fs = append(fs, abFigure{fmt.Sprintf("%s, transactions of %d", k.mode, k.batch), "records/s", !strings.HasSuffix(k.mode, "direct") && k.mode != modeGroupEOS && k.mode != modeJavaGroupEOS && k.mode != modePyGroupEOS, true,
 			func(r *Results) float64 {
 				var xs []*pipelineResult
-				for _, p := range append(slices.Clone(r.Pipeline), r.JavaEOS...) {
+				for _, p := range append(append(slices.Clone(r.Pipeline), r.JavaEOS...), r.PythonEOS...) {
 					if p.Mode == k.mode && p.Batch == k.batch {
 						xs = append(xs, p)
 					}

@@ -39,7 +39,7 @@ import (
 )
 
 // allParts are the sections of a run, in the order they run.
-var allParts = []string{"passthrough", "pipelines", "scaling", "scaleout", "java-eos", "latency", "staged"}
+var allParts = []string{"passthrough", "pipelines", "scaling", "scaleout", "java-eos", "python-eos", "latency", "staged"}
 
 // Options are the knobs of one run.
 type Options struct {
@@ -77,6 +77,9 @@ type Options struct {
 	ScaleOutRounds   int           `json:"scaleout_rounds"`
 	JavaEOSBatches   []int         `json:"java_eos_batches"`
 	JavaEOSDur       time.Duration `json:"java_eos_duration_ns"`
+	PythonEOSBatches []int         `json:"python_eos_batches,omitempty"`
+	PythonEOSDur     time.Duration `json:"python_eos_duration_ns,omitempty"`
+	SkipPython       bool          `json:"skip_python,omitempty"`
 	Pin              bool          `json:"pin"`
 	Quick            bool          `json:"quick"`
 	PacedRate        int           `json:"paced_rate"`
@@ -95,7 +98,7 @@ var quickDefaults = map[string]string{
 	"pipeline-records": "50000", "pipeline-duration": "3s", "batches": "100,1000", "rounds": "2",
 	"scale-duration": "3s", "scale-rounds": "1", "scale-records": "20000",
 	"scaleout-duration": "5s", "scaleout-rounds": "1",
-	"java-eos-duration": "5s", "paced-duration": "8s",
+	"java-eos-duration": "5s", "python-eos-duration": "5s", "paced-duration": "8s",
 }
 
 func main() { os.Exit(mainRun(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -141,6 +144,9 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.ScaleOutRounds, "scaleout-rounds", 2, "interleaved rounds of the scale-out runs")
 	javaBatches := fs.String("java-eos-batches", "100,1000", "records per transaction of the Java exactly-once comparison")
 	fs.DurationVar(&o.JavaEOSDur, "java-eos-duration", 8*time.Second, "time limit of each Java exactly-once run")
+	pyBatches := fs.String("python-eos-batches", "100,1000", "records per transaction of the Python exactly-once comparison")
+	fs.DurationVar(&o.PythonEOSDur, "python-eos-duration", 8*time.Second, "time limit of each Python exactly-once run")
+	fs.BoolVar(&o.SkipPython, "skip-python", false, "skip the python-eos section (confluent-kafka in python/venv.sh's environment)")
 	fs.BoolVar(&o.Pin, "pin", false, "pin mode: the broker, this process and the clients it starts on all CPUs but the last, the proxy (and the relay) on the last one, for every side alike")
 	fs.IntVar(&o.PacedRate, "paced-rate", 200, "records/s fed to the latency pipeline (the consumer is caught up: long-poll ShareFetch in flight)")
 	fs.DurationVar(&o.PacedDur, "paced-duration", 12*time.Second, "duration of the latency pipeline")
@@ -179,7 +185,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		flag string
 		s    *string
 		to   *[]int
-	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}, {"scaleout-sidecars", scaleOut, &o.ScaleOutSidecars}, {"java-eos-batches", javaBatches, &o.JavaEOSBatches}} {
+	}{{"batches", batches, &o.Batches}, {"scale-workers", scaleW, &o.ScaleWorkers}, {"scale-partitions", scaleP, &o.ScalePartitions}, {"scaleout-sidecars", scaleOut, &o.ScaleOutSidecars}, {"java-eos-batches", javaBatches, &o.JavaEOSBatches}, {"python-eos-batches", pyBatches, &o.PythonEOSBatches}} {
 		for _, s := range strings.Split(*l.s, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || n < 1 {

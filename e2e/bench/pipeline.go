@@ -42,7 +42,7 @@ const (
 // outputs are checked per input id after every run.
 func exactlyOnce(mode string) bool {
 	switch mode {
-	case modeTxn, modeTxnSeq, modeGroupEOS, modeJavaShareEOS, modeJavaGroupEOS:
+	case modeTxn, modeTxnSeq, modeGroupEOS, modeJavaShareEOS, modeJavaGroupEOS, modePyShareEOS, modePyGroupEOS:
 		return true
 	}
 	return false
@@ -56,7 +56,7 @@ type pipelineResult struct {
 	Partitions int     `json:"partitions"`
 	ProcMs     float64 `json:"processing_ms_per_record,omitempty"`
 	Round      int     `json:"round"`
-	// Language: "go" (franz-go) or "java" (kafka-clients).
+	// Language: "go" (franz-go), "java" (kafka-clients) or "python" (confluent-kafka).
 	Language     string  `json:"language"`
 	Records      int64   `json:"records"`      // inputs in committed transactions (or acknowledged, in alo)
 	Transactions int64   `json:"transactions"` // polls processed (one transaction each in transactional modes)

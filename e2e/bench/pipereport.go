@@ -95,6 +95,20 @@ func writePipelineTables(w io.Writer, r *Results) {
 		tw.Flush()
 		writeBudget(w, r.JavaEOS, r.Options.JavaEOSBatches, []string{modeJavaGroupEOS, modeJavaShareEOS})
 	}
+	if len(r.PythonEOS) > 0 {
+		fmt.Fprintf(w, "\npython (confluent-kafka), one process each on %d partitions, medians [min–max] of %d round(s)\n", r.Options.Partitions, r.Options.Rounds)
+		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "records/s\tShareConsumer + sharetx.Producer (sharetx)\tConsumer + send_offsets_to_transaction (direct)\tsharetx / group EOS\trecords/txn, sharetx / group EOS\tcommit p99 ms, sharetx / group EOS\texactly-once checks\t")
+		for _, batch := range r.Options.PythonEOSBatches {
+			ks, kg := runKey{Mode: modePyShareEOS, Batch: batch}, runKey{Mode: modePyGroupEOS, Batch: batch}
+			avg := func(p *pipelineResult) float64 { return p.AvgBatch }
+			fmt.Fprintf(tw, "transactions of %d\t%s\t%s\t%s\t%s / %s\t%s / %s\t%s\t\n", batch, rateSpread(r.PythonEOS, ks).format(f0), rateSpread(r.PythonEOS, kg).format(f0),
+				ratioSpread(r.PythonEOS, ks, kg).format(pct0), f1(fieldSpread(r.PythonEOS, ks, avg).Median), f1(fieldSpread(r.PythonEOS, kg, avg).Median), f2(fieldSpread(r.PythonEOS, ks, javaCommitP99).Median), f2(fieldSpread(r.PythonEOS, kg, javaCommitP99).Median),
+				eosChecked(r.PythonEOS, func(x *pipelineResult) bool { return x.Batch == batch }))
+		}
+		tw.Flush()
+		writeBudget(w, r.PythonEOS, r.Options.PythonEOSBatches, []string{modePyGroupEOS, modePyShareEOS})
+	}
 }
 
 // scalingLines are the scaling plot's lines: records/s against workers,

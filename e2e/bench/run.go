@@ -60,6 +60,8 @@ type Results struct {
 	ScaleOut []*scaleOutRun `json:"scaleout"`
 	// The Java exactly-once comparison (kafka-clients), every round.
 	JavaEOS []*pipelineResult `json:"java_eos"`
+	// The Python exactly-once comparison (confluent-kafka), every round.
+	PythonEOS []*pipelineResult `json:"python_eos,omitempty"`
 	// Pinned: what pin mode put where ("" when not pinned).
 	Pinned string          `json:"pinned,omitempty"`
 	Paced  *pipelineResult `json:"latency_pipeline"` // franz-go default share consumer settings, paced input
@@ -143,6 +145,9 @@ func Run(ctx context.Context, o Options) *Results {
 	}
 	if ctx.Err() == nil && o.runs("java-eos") && !o.SkipJava {
 		b.javaEOS(ctx)
+	}
+	if ctx.Err() == nil && o.runs("python-eos") && !o.SkipPython {
+		b.pythonEOS(ctx)
 	}
 	if ctx.Err() == nil && o.runs("latency") {
 		b.pacedLatency(ctx)

@@ -60,7 +60,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	runFlags(fs, &o, 0.15, 50)
 	fs.StringVar(&o.KgoLog, "kgo-log", "warn", "the workers' kgo log level (in their logs)")
 	repeat := fs.Int("repeat", 1, "run the whole matrix this many times (seeds --seed, --seed+1, ...); a summary says how often each phase passed")
-	fs.StringVar(&o.WorkerLang, "worker-lang", "go", "the workers: go (this binary) or java (e2e/chaos/java, built with java/apps.sh; needs java, javac, mvn)")
+	fs.StringVar(&o.WorkerLang, "worker-lang", "go", "the workers: go (this binary), java (e2e/chaos/java, built with java/apps.sh; needs java, javac, mvn) or python (e2e/chaos/python, in python/venv.sh's virtual environment; needs python3)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

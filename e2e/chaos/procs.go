@@ -81,7 +81,7 @@ type commitInfo struct {
 // workerSlot is worker i of a phase across its restarts.
 type workerSlot struct {
 	idx         int    // 1-based
-	lang        string // go or java
+	lang        string // go, java or python
 	proxy       *proxyProc
 	incarnation int // suffix of the transactional id
 	txnTimeout  time.Duration

@@ -42,7 +42,8 @@ type Options struct {
 	KgoLog      string // the workers' kgo log level
 	ProxyLog    string // the proxies' log.level
 	// WorkerLang: "go" (default: this binary re-executed as `chaos worker`)
-	// or "java" (e2e/chaos/java's ChaosWorker, built by java/apps.sh).
+	// "java" (e2e/chaos/java's ChaosWorker, built by java/apps.sh) or
+	// "python" (e2e/chaos/python/chaos_worker.py, in python/venv.sh's venv).
 	WorkerLang string
 	Out        io.Writer
 }
@@ -134,6 +135,8 @@ type runner struct {
 
 	// The Java worker's JVM and classpath (WorkerLang java).
 	javaBin, javaClasspath string
+	// The Python worker's interpreter and script (WorkerLang python).
+	pythonBin, pythonWorker string
 }
 
 func (r *runner) say(format string, args ...any) {
@@ -223,6 +226,13 @@ func newRunner(ctx context.Context, o Options, java bool, what string) (*runner,
 		logPath := filepath.Join(r.o.WorkDir, "java-apps.log")
 		r.say("building the Java worker (java/apps.sh, log %s)", logPath)
 		if r.javaBin, r.javaClasspath, err = buildJavaWorker(ctx, logPath); err != nil {
+			return nil, err
+		}
+	}
+	if o.WorkerLang == "python" {
+		logPath := filepath.Join(r.o.WorkDir, "python-venv.log")
+		r.say("making the Python worker's virtual environment (python/venv.sh, log %s)", logPath)
+		if r.pythonBin, r.pythonWorker, err = buildPythonWorker(ctx, logPath); err != nil {
 			return nil, err
 		}
 	}

@@ -15,7 +15,7 @@ import (
 type PhaseResult struct {
 	Round      int    `json:"round,omitempty"` // of --repeat, from 1
 	Fault      string `json:"fault"`
-	WorkerLang string `json:"worker_lang"` // go or java
+	WorkerLang string `json:"worker_lang"` // go, java or python
 	sim.Counts
 	// Unacked: distinct input records a fresh member of the share group was
 	// handed after the phase, within a quiet period longer than the

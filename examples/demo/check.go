@@ -84,8 +84,11 @@ func (m *modeRun) proxyCounters() {
 		return // another version of sharetx
 	}
 	own := "franz-go's implicit acknowledgement at the next poll"
-	if m.d.java != nil {
+	switch m.d.o.WorkerLang {
+	case langJava:
 		own = "ShareTransactions.acknowledgeHandedOver after a commit, releaseForRedelivery after an abort"
+	case langPython:
+		own = "sharetx.acknowledge_handed_over after a commit, release_for_redelivery after an abort"
 	}
 	m.say("sharetx's metrics: %d TxnShareAcknowledge calls staged acknowledgements; %d commits and %d aborts resolved them; "+
 		"%d offsets the share consumer acknowledged itself while they were staged or committed (%s) were absorbed, never forwarded",

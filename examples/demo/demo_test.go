@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -38,6 +39,24 @@ func TestDemoShortJava(t *testing.T) {
 		t.Skip("builds sharetx and the Java workers and runs them for about a minute")
 	}
 	runShortDemo(t, langJava)
+}
+
+// TestDemoShortPython is TestDemoShort with the Python workers (--worker-lang
+// python: examples/demo/python, the sharetx package for confluent-kafka, in
+// python/venv.sh's virtual environment). It needs python3 with venv (and
+// PyPI the first time); without python3 it skips, unless E2E_REQUIRE_KAFKA
+// is set (make test).
+func TestDemoShortPython(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("E2E_REQUIRE_KAFKA") != "" {
+			t.Fatalf("python3 not found: the Python workers need it (E2E_REQUIRE_KAFKA is set)")
+		}
+		t.Skip("python3 not found: the Python workers need it")
+	}
+	if testing.Short() {
+		t.Skip("builds sharetx, makes the Python workers' virtual environment and runs them for about a minute")
+	}
+	runShortDemo(t, langPython)
 }
 
 func runShortDemo(t *testing.T, lang string) {

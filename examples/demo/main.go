@@ -6,6 +6,7 @@
 //	go run ./examples/demo                        # both modes, side by side (make demo)
 //	go run ./examples/demo --mode at-least-once   # one mode
 //	go run ./examples/demo --worker-lang java     # the workers in Java (java/apps.sh builds them)
+//	go run ./examples/demo --worker-lang python   # the workers in Python (python/venv.sh installs them)
 //
 // It builds ./cmd/sharetx and starts it with no upstream, so sharetx runs
 // its embedded single-node cluster (a fresh data directory, free ports).
@@ -60,7 +61,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "where logs go (default: a new directory under $TMPDIR)")
 	fs.StringVar(&o.SharetxBin, "sharetx-bin", "", "a sharetx binary to use instead of building ./cmd/sharetx")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "per mode: how long the workers may take to get every input into the output")
-	fs.StringVar(&o.WorkerLang, "worker-lang", langGo, "the workers' language: go (client/, this binary) or java (java/: io.sharetx.demo.DemoWorker, built by java/apps.sh)")
+	fs.StringVar(&o.WorkerLang, "worker-lang", langGo, "the workers' language: go (client/, this binary), java (java/: io.sharetx.demo.DemoWorker, built by java/apps.sh) or python (python/: examples/demo/python/demo_worker.py, in python/venv.sh's virtual environment)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -76,8 +77,8 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "demo: --mode %q: want exactly-once, at-least-once or both\n", *mode)
 		return 2
 	}
-	if o.WorkerLang != langGo && o.WorkerLang != langJava {
-		fmt.Fprintf(stderr, "demo: --worker-lang %q: want go or java\n", o.WorkerLang)
+	if o.WorkerLang != langGo && o.WorkerLang != langJava && o.WorkerLang != langPython {
+		fmt.Fprintf(stderr, "demo: --worker-lang %q: want go, java or python\n", o.WorkerLang)
 		return 2
 	}
 	if fs.NArg() > 0 || o.Records < 1 || o.Workers < 1 || o.Crashes < 0 || o.MaxPoll < 1 || o.AbortRate < 0 || o.AbortRate >= 1 {
@@ -91,6 +92,9 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	lang := "Go"
 	if o.WorkerLang == langJava {
 		lang = "Java"
+	}
+	if o.WorkerLang == langPython {
+		lang = "Python"
 	}
 	fmt.Fprintf(stdout, "sharetx demo: %d records, %d %s workers, %d crashes per mode, seed %d (repeat with --seed %d)\n",
 		o.Records, o.Workers, lang, o.Crashes, o.Seed, o.Seed)

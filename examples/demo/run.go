@@ -29,7 +29,7 @@ type Options struct {
 	Seed       int64
 	WorkDir    string        // logs; "" = a new temporary directory
 	SharetxBin string        // "" = go build ./cmd/sharetx
-	WorkerLang string        // langGo ("" too) or langJava
+	WorkerLang string        // langGo ("" too), langJava or langPython
 	Timeout    time.Duration // per mode, for every input to reach the output
 	Quiet      time.Duration // the drained check: how long a fresh member polls
 	Out        io.Writer     // progress
@@ -115,6 +115,12 @@ func Run(ctx context.Context, o Options) (results []Result, logDir string, err e
 	if o.WorkerLang == langJava {
 		d.say("building the Java worker (java/apps.sh) ...")
 		if d.java, err = buildJavaWorker(ctx); err != nil {
+			return nil, d.dir, err
+		}
+	}
+	if o.WorkerLang == langPython {
+		d.say("making the Python worker's virtual environment (python/venv.sh) ...")
+		if d.java, err = buildPythonWorker(ctx); err != nil {
 			return nil, d.dir, err
 		}
 	}

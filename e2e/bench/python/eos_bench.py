@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""The bench's Python consume-transform-produce (e2e/bench, section python-eos), the Java EosBench's
+twin on confluent-kafka: one transaction holds up to --batch records, one output per input (the
+input's value, keyed "partition:offset", the id the bench's exactly-once check counts).
+
+- --mode share: confluent-kafka's ShareConsumer in explicit mode and a sharetx.Producer through the
+  sharetx sidecar, the inputs' ACCEPTs bound to the transaction
+  (send_share_acknowledgements_to_transaction), the pattern of python/README.md. librdkafka's share
+  consumer does not cap a poll: a poll is processed in transactions of at most --batch records.
+- --mode group: confluent-kafka's own consumer-group exactly-once, direct: a Consumer
+  (read_committed, no auto-commit, consume(--batch)) and a transactional Producer with
+  send_offsets_to_transaction(position, consumer_group_metadata()).
+
+Flags: --mode share|group --bootstrap --in --out --group --transactional-id --batch (1000) --target
+(stop once that many inputs are committed) --max-seconds (or that long after the first record).
+Prints one line on stdout at the end, as EosBench:
+RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. commit_p50_ms=..
+commit_p99_ms=.. poll_.. send_.. stage_.., or ERROR <message> and exits 1. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+from confluent_kafka import AcknowledgeType, Consumer, KafkaException, Producer, TopicPartition
+
+import sharetx
+
+
+class Result:
+    """What a run counts; the clock runs from the first record to the last commit."""
+
+    def __init__(self) -> None:
+        self.records = self.transactions = self.aborts = 0
+        self.first = self.last = 0.0
+        self.ms: Dict[str, List[float]] = {"commit": [], "poll": [], "send": [], "stage": []}
+
+    def line(self, mode: str) -> str:
+        secs = max(self.last - self.first, 1e-9)
+        out = "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f" % (
+            mode, self.records, self.transactions, self.aborts, secs, self.records / secs)
+        for k, v in self.ms.items():
+            s = sorted(v)
+            out += " %s_p50_ms=%.3f %s_p99_ms=%.3f" % (k, quantile(s, 0.5), k, quantile(s, 0.99))
+        return out
+
+    def timed(self, what: str, step: Callable[[], Any]) -> Any:
+        t = time.monotonic()
+        try:
+            return step()
+        finally:
+            self.ms[what].append((time.monotonic() - t) * 1000)
+
+    def done(self, target: int, max_seconds: float) -> bool:
+        return self.records >= target or (self.first != 0 and time.monotonic() - self.first > max_seconds)
+
+
+def quantile(s: List[float], q: float) -> float:
+    if not s:
+        return 0.0
+    i = int(math.ceil(q * len(s))) - 1  # nearest rank
+    return s[max(0, min(len(s) - 1, i))]
+
+
+def rid(m: Any) -> bytes:
+    return b"%d:%d" % (m.partition(), m.offset())
+
+
+def producer_config(a: argparse.Namespace) -> Dict[str, Any]:
+    # As EosBench and the Go pipelines: uncompressed (the bytes produced are the bytes sent).
+    return {"bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id, "compression.type": "none",
+            "linger.ms": 5, "batch.size": 1048576}
+
+
+def produce_all(p: Producer, topic: str, msgs: List[Any]) -> None:
+    for m in msgs:
+        while True:
+            try:
+                p.produce(topic, key=rid(m), value=m.value())
+                break
+            except BufferError:
+                p.poll(0.01)  # the local queue is full: let it drain
+
+
+def loop(a: argparse.Namespace, r: Result, poll: Callable[[], List[Any]], commit: Callable[[List[Any]], None],
+         abort: Callable[[List[Any]], None]) -> None:
+    deadline = time.monotonic() + a.max_seconds + 60  # the join may take a while
+    failed_in_a_row = 0
+    while not r.done(a.target, a.max_seconds):
+        if time.monotonic() > deadline:
+            raise RuntimeError("%d records before the deadline" % r.records)
+        t = time.monotonic()
+        msgs = poll()
+        if not msgs:
+            continue
+        r.ms["poll"].append((time.monotonic() - t) * 1000)
+        if not r.first:
+            r.first = time.monotonic()
+        for i in range(0, len(msgs), a.batch):
+            batch = msgs[i:i + a.batch]
+            try:
+                commit(batch)
+                r.records += len(batch)
+                r.transactions += 1
+                r.last = time.monotonic()
+                failed_in_a_row = 0
+            except KafkaException as e:
+                if sharetx.is_fatal(e):
+                    raise
+                abort(batch)
+                r.aborts += 1
+                print("aborted a transaction of %d records: %s" % (len(batch), e), file=sys.stderr, flush=True)
+                failed_in_a_row += 1
+                if failed_in_a_row >= 5:
+                    raise RuntimeError("5 transactions in a row failed, the last: %s" % e) from e
+
+
+def share(a: argparse.Namespace) -> Result:
+    """Share-group exactly-once through sharetx."""
+    r = Result()
+    consumer = sharetx.new_share_consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group})
+    producer = sharetx.Producer(producer_config(a))
+    try:
+        consumer.subscribe([a.input])
+        producer.init_transactions(60)
+        md = sharetx.share_group_metadata(consumer, a.group)
+
+        def commit(msgs: List[Any]) -> None:
+            producer.begin_transaction()
+            r.timed("send", lambda: produce_all(producer, a.output, msgs))
+            r.timed("stage", lambda: producer.send_share_acknowledgements_to_transaction(
+                sharetx.ShareAcknowledgements.from_messages(msgs, AcknowledgeType.ACCEPT), md))
+            r.timed("commit", lambda: producer.commit_transaction(60))
+            sharetx.acknowledge_handed_over(consumer, msgs)
+
+        def abort(msgs: List[Any]) -> None:
+            producer.abort_transaction(60)
+            sharetx.release_for_redelivery(consumer, msgs)
+
+        loop(a, r, lambda: [m for m in consumer.poll(1.0) if m.error() is None], commit, abort)
+    finally:
+        consumer.close()
+        producer.close(10)
+    return r
+
+
+def group(a: argparse.Namespace) -> Result:
+    """Consumer-group exactly-once, direct: send_offsets_to_transaction."""
+    r = Result()
+    consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "isolation.level": "read_committed",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    producer = Producer(producer_config(a))
+    try:
+        consumer.subscribe([a.input])
+        producer.init_transactions(60)
+
+        def commit(msgs: List[Any]) -> None:
+            producer.begin_transaction()
+            r.timed("send", lambda: produce_all(producer, a.output, msgs))
+            nxt: Dict[Any, int] = {}
+            for m in msgs:
+                nxt[(m.topic(), m.partition())] = m.offset() + 1
+            offsets = [TopicPartition(t, p, o) for (t, p), o in nxt.items()]
+            r.timed("stage", lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 60))
+            r.timed("commit", lambda: producer.commit_transaction(60))
+
+        def abort(msgs: List[Any]) -> None:
+            producer.abort_transaction(60)
+            first: Dict[Any, int] = {}
+            for m in msgs:  # process them again
+                first.setdefault((m.topic(), m.partition()), m.offset())
+            for (t, p), o in first.items():
+                consumer.seek(TopicPartition(t, p, o))
+
+        loop(a, r, lambda: [m for m in consumer.consume(a.batch, 1.0) if m.error() is None], commit, abort)
+    finally:
+        consumer.close()
+    return r
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="eos_bench.py", allow_abbrev=False)
+    p.add_argument("--mode", default="share", choices=["share", "group"])
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--in", dest="input", required=True)
+    p.add_argument("--out", dest="output", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--transactional-id", dest="transactional_id", required=True)
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--target", type=int, default=100000)
+    p.add_argument("--max-seconds", dest="max_seconds", type=float, default=10.0)
+    a = p.parse_args()
+    try:
+        r = share(a) if a.mode == "share" else group(a)
+    except Exception as e:  # noqa: BLE001 - reported as the run's ERROR line
+        print("ERROR %s" % str(e).replace("\n", " "), flush=True)
+        return 1
+    print(r.line(a.mode), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sharetx/sharetx/e2e/sim"
+)
+
+// The Python exactly-once comparison (section python-eos): e2e/bench/python/eos_bench.py, the Java
+// EosBench's twin on confluent-kafka (librdkafka), through sharetx (ShareConsumer + sharetx.Producer)
+// against confluent-kafka's own consumer-group EOS (Consumer + send_offsets_to_transaction, direct),
+// in python/venv.sh's virtual environment. Its RESULT line is EosBench's (parseEosResult).
+
+const (
+	modePyShareEOS = "python-share-eos"
+	modePyGroupEOS = "python-group-eos"
+	pythonEOSBench = "e2e/bench/python/eos_bench.py"
+)
+
+var pythonApps struct {
+	once                sync.Once
+	python, script, err string
+}
+
+// runPythonEOS makes the virtual environment once (python/venv.sh) and runs eos_bench.py, killing
+// it when ctx ends.
+func runPythonEOS(ctx context.Context, o javaEOSOpts) (javaEOSResult, error) {
+	pythonApps.once.Do(func() {
+		var log bytes.Buffer
+		python, root, err := sim.PythonApps(ctx, &log)
+		pythonApps.python, pythonApps.script = python, filepath.Join(root, pythonEOSBench)
+		if err != nil {
+			pythonApps.err = fmt.Sprintf("%v\n%s", err, log.String())
+		}
+	})
+	if pythonApps.err != "" {
+		return javaEOSResult{}, fmt.Errorf("making the Python environment: %s", pythonApps.err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.MaxDur+3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pythonApps.python, "-u", pythonApps.script,
+		"--mode", o.Mode, "--bootstrap", o.Bootstrap, "--in", o.In, "--out", o.Out, "--group", o.Group,
+		"--transactional-id", o.TxnID, "--batch", strconv.Itoa(o.Batch), "--target", strconv.FormatInt(o.Target, 10),
+		"--max-seconds", strconv.FormatFloat(o.MaxDur.Seconds(), 'f', 3, 64))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r, perr := parseEosResult(stdout.String())
+	if err != nil || perr != nil {
+		return javaEOSResult{}, fmt.Errorf("eos_bench.py --mode %s: %v %v\nstdout: %s\nstderr (last lines): %s", o.Mode, err, perr,
+			strings.TrimSpace(stdout.String()), sim.LastLines(stderr.String(), 15))
+	}
+	return r, nil
+}
+
+// pythonEOS runs the Python consume-transform-produce through sharetx against confluent-kafka's
+// own consumer-group EOS, one process each, in interleaved rounds, both checked exactly-once.
+func (b *bench) pythonEOS(ctx context.Context) {
+	o := b.o
+	in, err := b.pipelineInput(ctx)
+	if err != nil {
+		b.fail("pipeline input", err)
+		return
+	}
+	b.progress("python exactly-once: %d round(s) of ShareConsumer + sharetx.Producer (through sharetx) and Consumer + send_offsets_to_transaction (direct), transactions of %v, one process each, up to %d records or %s",
+		o.Rounds, o.PythonEOSBatches, o.PipelineRecords, o.PythonEOSDur)
+	for round := 0; round < o.Rounds; round++ {
+		for _, batch := range o.PythonEOSBatches {
+			for _, mode := range rotated([]string{modePyShareEOS, modePyGroupEOS}, round) {
+				if ctx.Err() != nil {
+					return
+				}
+				r, err := b.pythonRun(ctx, mode, in, batch, round)
+				if err != nil {
+					b.fail(fmt.Sprintf("python %s batch %d round %d", mode, batch, round+1), err)
+					continue
+				}
+				b.res.PythonEOS = append(b.res.PythonEOS, r)
+				b.progress("python round %d: %s", round+1, describeRun(r))
+			}
+		}
+	}
+}
+
+func (b *bench) pythonRun(ctx context.Context, mode, in string, batch, round int) (*pipelineResult, error) {
+	n, out, err := b.runOutput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer b.dropTopic(out)
+	po := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: out,
+		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
+		Batch: batch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.PythonEOSDur}
+	if mode == modePyGroupEOS {
+		po.Mode, po.Bootstrap = "group", b.direct
+	} else if err := shareFromEarliest(ctx, b.admin, po.Group); err != nil {
+		return nil, err
+	}
+	var before metrics
+	if po.Mode == "share" {
+		if before, err = b.proxy.scrape(); err != nil {
+			return nil, err
+		}
+	}
+	pr, err := runPythonEOS(ctx, po)
+	if err != nil {
+		return nil, err
+	}
+	r := &pipelineResult{Mode: mode, Batch: po.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: "python",
+		Records: pr.Records, Transactions: pr.Transactions, Aborts: pr.Aborts, Seconds: pr.Seconds, RecordsSec: pr.RecordsSec, EndTxnP50Ms: pr.CommitP50Ms, Budget: pr.Budget}
+	if r.Budget == nil {
+		r.Budget = map[string]budgetItem{}
+	}
+	if po.Mode == "share" {
+		if after, err := b.proxy.scrape(); err == nil {
+			proxyBudget(r.Budget, before, after, r.Transactions)
+		}
+	}
+	if r.Transactions > 0 {
+		r.AvgBatch = float64(r.Records) / float64(r.Transactions)
+	}
+	return r, verify(ctx, b.direct, po.Out, r)
+}

@@ -1,0 +1,436 @@
+"""sharetx.Producer: a confluent-kafka Producer with KIP-1289's send_share_acknowledgements_to_transaction."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException
+
+from . import _protocol as P
+from ._acks import ShareAcknowledgementBatch, ShareAcknowledgements, ShareGroupMetadata, TopicIdPartition, batches_wire
+from ._errors import (ABORTABLE_CODES, COORDINATOR_LOAD_IN_PROGRESS, FENCED_CODES, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID,
+                      code_name, error_for, error_of, is_fatal, kafka_exception)
+from ._sidecar import (AuthenticationFailed, Deadline, NotASidecar, Settings, SidecarClient, SidecarTimeout,
+                       unsupported_version)
+from ._touch import TOUCH_HEADERS, TOUCH_VALUE, touch_partition
+from ._wire import MalformedResponse
+
+log = logging.getLogger("sharetx")
+
+#: The default of every call's ``timeout`` (seconds), as librdkafka's socket.timeout.ms.
+DEFAULT_TIMEOUT = 60.0
+_SHADOW_PARTITIONS_TTL = 60.0
+# Touch records a call sends again at most, for sidecars that do not know the producer yet.
+_MAX_RETOUCHES = 3
+
+
+class Producer(confluent_kafka.Producer):
+    """A confluent-kafka :class:`~confluent_kafka.Producer` (same configuration dict, same methods)
+    that binds share-group acknowledgements to its transactions through the sharetx sidecar:
+    KIP-1289's ``send_share_acknowledgements_to_transaction``. ``bootstrap.servers`` names the
+    sidecar; set a ``transactional.id`` and run transactions as with any transactional producer.
+
+    The consumer pattern (stage, hand over, commit; on failure abort and release)::
+
+        producer = sharetx.Producer({"bootstrap.servers": sidecar, "transactional.id": "worker-1"})
+        consumer = sharetx.new_share_consumer({"bootstrap.servers": sidecar, "group.id": "jobs"})
+        consumer.subscribe(["jobs"])
+        metadata = sharetx.share_group_metadata(consumer, "jobs")
+        producer.init_transactions()
+        while running:
+            msgs = [m for m in consumer.poll(1.0) if m.error() is None]
+            if not msgs:
+                continue
+            producer.begin_transaction()
+            try:
+                for m in msgs:
+                    producer.produce("results", key=m.key(), value=transform(m.value()))
+                producer.send_share_acknowledgements_to_transaction(          # stage
+                    sharetx.ShareAcknowledgements.from_messages(msgs, AcknowledgeType.ACCEPT), metadata)
+                producer.commit_transaction()                                 # commit
+                sharetx.acknowledge_handed_over(consumer, msgs)               # hand over (absorbed)
+            except KafkaException as e:
+                if sharetx.is_fatal(e):
+                    raise                                                     # fenced: close the producer
+                producer.abort_transaction()
+                sharetx.release_for_redelivery(consumer, msgs)                # redelivered
+
+    Errors are confluent-kafka's :class:`~confluent_kafka.KafkaException` carrying a
+    :class:`~confluent_kafka.KafkaError`, classified as KIP-1289's reference client does:
+    ``retriable()`` (the call timed out: ``_TIMED_OUT``; call it again or abort),
+    ``txn_requires_abort()`` (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH, GROUP_ID_NOT_FOUND,
+    INVALID_RECORD_STATE, TRANSACTION_ABORTABLE, INVALID_REQUEST, GROUP_AUTHORIZATION_FAILED: abort
+    the transaction; ``commit_transaction`` refuses until then) and ``fatal()`` (PRODUCER_FENCED,
+    INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION — no sidecar
+    serves the API key —, authentication failures and every other code: every transactional call
+    but ``abort_transaction`` and ``close`` raises it again; close the producer).
+
+    Settings besides confluent-kafka's, taken out of the dict before librdkafka sees it:
+    ``sharetx.api.key`` (TxnShareAcknowledge's API key, default 95: the sidecar's
+    ``kip1289.api_key``) and ``sharetx.shadow.topic`` (default ``__sharetx_shadow``: its
+    ``kip1289.shadow_topic``). The library's own connection to the sidecar uses the dict's
+    ``security.protocol``, ``sasl.*`` and ``ssl.*`` settings (see the README's Security section).
+    """
+
+    def __init__(self, config: Dict[str, Any], **kwargs: Any) -> None:
+        conf = dict(config)
+        conf.update(kwargs)
+        settings, conf = Settings.of(conf)
+        super().__init__(conf)
+        self._stx = settings
+        self._stx_lock = threading.RLock()
+        self._sidecar: Optional[SidecarClient] = None
+        self._topics: Dict[str, P.TopicMeta] = {}
+        self._brokers: Dict[int, str] = {}
+        self._shadow_partitions = 0
+        self._shadow_partitions_at = 0.0
+        # The transaction as this class sees it.
+        self._in_txn = False
+        self._abortable: Optional[KafkaException] = None
+        self._fatal: Optional[KafkaException] = None
+        self._unresolved = False  # a call of this transaction timed out and was not retried successfully
+
+    # ------------------------------------------------------------ the KIP's call
+
+    def send_share_acknowledgements_to_transaction(self, acknowledgements: ShareAcknowledgements,
+                                                   metadata: ShareGroupMetadata,
+                                                   timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Binds ``acknowledgements`` to the producer's open transaction: the sidecar stages them
+        (TX_PENDING) and applies them to the share group if and only if the transaction commits.
+        Blocks until the sidecar answered, at most ``timeout`` seconds.
+
+        ``metadata`` names the share group of the consumer that polled the records; its member id
+        may be "" (epoch -1) to let the sidecar resolve the member that acquired them
+        (:func:`sharetx.share_group_metadata`). Every call produces a touch record first (a record
+        to the sidecar's shadow topic, with the producer's own id and epoch) and waits for it, so
+        that a fenced producer (a zombie) fails here before anything is staged, and so that a
+        transaction holding only acknowledgements still ends with EndTxn. Each call is all or nothing; on any exception abort the transaction (unless it is
+        fatal: then close the producer). Empty acknowledgements do nothing.
+
+        :raises KafkaException: see the class documentation (``_TIMED_OUT`` is retriable: the
+            same call may be made again, the sidecar answers a repeat with the same success).
+        :raises TypeError: wrong argument types. :raises ValueError: a negative timeout.
+        """
+        if not isinstance(acknowledgements, ShareAcknowledgements):
+            raise TypeError("acknowledgements must be a sharetx.ShareAcknowledgements")
+        if not isinstance(metadata, ShareGroupMetadata):
+            raise TypeError("metadata must be a sharetx.ShareGroupMetadata")
+        if timeout is None or timeout < 0:
+            raise ValueError("timeout must be a number of seconds >= 0")
+        with self._stx_lock:
+            self._raise_if_fatal()
+            if self._stx.transactional_id is None:
+                raise kafka_exception(KafkaError._NOT_CONFIGURED, "sharetx: send_share_acknowledgements_to_transaction "
+                                      "needs a transactional producer (transactional.id)")
+            if not self._in_txn:
+                raise kafka_exception(KafkaError._STATE, "sharetx: send_share_acknowledgements_to_transaction needs an "
+                                      "open transaction: call begin_transaction first")
+            if acknowledgements.is_empty():
+                return
+            if self._abortable is not None:
+                # As the reference client in its abortable state: nothing more in this transaction.
+                raise kafka_exception(error_of(self._abortable).code(),  # type: ignore[union-attr]
+                                      "sharetx: an earlier call of this transaction failed (%s); abort the transaction"
+                                      % error_of(self._abortable).str(), txn_requires_abort=True)  # type: ignore[union-attr]
+            deadline = Deadline(timeout)
+            try:
+                # Is a sidecar there? Before the touch, so that a producer connected straight to the
+                # cluster writes nothing (once per connection).
+                self._probe(deadline)
+                # librdkafka hides the producer id and epoch: the touch record, produced with them in
+                # the transaction, fences a zombie (the broker refuses its epoch) and tells the
+                # sidecar the current ids, which the -1/-1 extension then names. Before every call,
+                # not only the transaction's first: the sidecar resolves -1/-1 to the ids it saw
+                # last for the transactional id, so a zombie whose transaction was touched before a
+                # newer instance initialised would otherwise stage its later calls into the newer
+                # instance's transaction (test_zombie_cannot_stage_a_later_call).
+                self._touch(deadline)
+                self._stage(acknowledgements, metadata, deadline)
+                self._unresolved = False
+            except _Timeout as e:
+                self._unresolved = True
+                raise kafka_exception(KafkaError._TIMED_OUT, "sharetx: %s" % e, retriable=True) from None
+            except NotASidecar as e:
+                self._fatal = unsupported_version(str(e))
+                raise self._fatal from None
+            except AuthenticationFailed as e:
+                self._fatal = kafka_exception(KafkaError._AUTHENTICATION, "sharetx: %s" % e, fatal=True)
+                raise self._fatal from None
+
+    # ------------------------------------------------------------ the transaction's life
+
+    def begin_transaction(self, *args: Any, **kwargs: Any) -> None:
+        self._raise_if_fatal()
+        super().begin_transaction(*args, **kwargs)
+        with self._stx_lock:
+            self._in_txn = True
+            self._abortable = None
+            self._unresolved = False
+
+    def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
+        self._raise_if_fatal()
+        ab = self._abortable
+        if ab is not None:
+            raise kafka_exception(error_of(ab).code(),  # type: ignore[union-attr]
+                                  "sharetx: cannot commit: sending share acknowledgements to this transaction failed "
+                                  "(%s); abort the transaction" % error_of(ab).str(),  # type: ignore[union-attr]
+                                  txn_requires_abort=True)
+        if self._unresolved:
+            raise kafka_exception(KafkaError._STATE, "sharetx: cannot commit: a send_share_acknowledgements_to_transaction "
+                                  "of this transaction timed out and was not retried successfully; retry it or abort "
+                                  "the transaction")
+        super().commit_transaction(*args, **kwargs)
+        with self._stx_lock:
+            self._in_txn = False
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
+        super().abort_transaction(*args, **kwargs)
+        with self._stx_lock:
+            self._in_txn = False
+            self._abortable = None
+            self._unresolved = False
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        """Closes the library's connections to the sidecar, then the producer."""
+        with self._stx_lock:
+            if self._sidecar is not None:
+                self._sidecar.close()
+                self._sidecar = None
+        return super().close(*args, **kwargs)
+
+    @property
+    def transactional_id(self) -> Optional[str]:
+        """The transactional id, or None for a producer that is not transactional."""
+        return self._stx.transactional_id
+
+    def _raise_if_fatal(self) -> None:
+        f = self._fatal
+        if f is not None:
+            raise f
+
+    # ------------------------------------------------------------ the sidecar
+
+    def _client(self) -> SidecarClient:
+        if self._sidecar is None:
+            self._sidecar = SidecarClient(self._stx)
+        return self._sidecar
+
+    def _probe(self, deadline: Deadline) -> None:
+        last: Optional[BaseException] = None
+        while not deadline.passed():
+            addr = self._client().any_bootstrap()
+            try:
+                self._client().probe(addr, deadline)
+                return
+            except (OSError, SidecarTimeout, MalformedResponse, KafkaException) as e:
+                if isinstance(e, KafkaException) and not error_of(e).retriable():  # type: ignore[union-attr]
+                    raise
+                last = e
+                log.debug("sharetx: sidecar %s not reached, retrying: %s", addr, e)
+                _sleep(min(self._stx.retry_backoff_s, deadline.left()))
+        raise _Timeout("no sidecar reached within the timeout%s" % (": %s" % last if last else ""))
+
+    def _metadata(self, topics: List[str], deadline: Deadline) -> P.Metadata:
+        addr = self._client().any_bootstrap()
+        b = self._client().request(addr, P.METADATA, 12, True, P.metadata_v12(topics), deadline)
+        md = P.parse_metadata_v12(b)
+        if md.brokers:
+            self._brokers = md.brokers
+        return md
+
+    # ------------------------------------------------------------ the touch record
+
+    def _shadow_partition_count(self, deadline: Deadline) -> int:
+        now = time.monotonic()
+        if self._shadow_partitions > 0 and now - self._shadow_partitions_at < _SHADOW_PARTITIONS_TTL:
+            return self._shadow_partitions
+        last: Optional[BaseException] = None
+        while not deadline.passed():
+            try:
+                tm = self._metadata([self._stx.shadow_topic], deadline).topics.get(self._stx.shadow_topic)
+                if tm is not None and tm.error_code == 0 and tm.leaders:
+                    self._shadow_partitions = len(tm.leaders)
+                    self._shadow_partitions_at = now
+                    return self._shadow_partitions
+                last = Exception("shadow topic %s: %s" % (self._stx.shadow_topic, "not in the metadata response"
+                                                          if tm is None else code_name(tm.error_code)))
+            except (OSError, SidecarTimeout, MalformedResponse) as e:
+                last = e
+            _sleep(min(self._stx.retry_backoff_s, deadline.left()))
+        raise _Timeout("the shadow topic's partitions were not learnt within the timeout: %s" % last)
+
+    def _touch(self, deadline: Deadline) -> None:
+        n = self._shadow_partition_count(deadline)
+        if n < 2:
+            raise kafka_exception(KafkaError._INVALID_ARG, "sharetx: shadow topic %s has %d partition(s); it needs at "
+                                  "least 2 so the touch record never shares a partition with the sidecar's shadow "
+                                  "records" % (self._stx.shadow_topic, n), txn_requires_abort=True)
+        part = touch_partition(self._stx.transactional_id or "", n)
+        result: List[Optional[KafkaError]] = []
+        try:
+            super().produce(self._stx.shadow_topic, value=TOUCH_VALUE, partition=part, headers=TOUCH_HEADERS,
+                            on_delivery=lambda err, msg: result.append(err))
+        except KafkaException as e:
+            self._raise_touch_failure(e)
+        while not result:
+            if deadline.passed():
+                raise _Timeout("the transaction's touch record to %s[%d] was not acknowledged within the timeout"
+                               % (self._stx.shadow_topic, part))
+            try:
+                super().flush(max(0.0, min(deadline.left(), 0.5)))
+            except KafkaException as e:
+                self._raise_touch_failure(e)
+            except SystemError as e:
+                # confluent-kafka 2.16 raises SystemError when librdkafka reports a fatal error (a
+                # fenced producer) while it runs a delivery callback: the KafkaException is its cause.
+                cause = e.__cause__ or e.__context__
+                if isinstance(cause, KafkaException):
+                    self._raise_touch_failure(cause)
+                if not result:
+                    raise
+        err = result[0]
+        if err is not None:
+            if err.fatal() or err.code() in FENCED_CODES:
+                self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
+                                              % err.str(), fatal=True)
+                raise self._fatal
+            raise kafka_exception(err.code(), "sharetx: producing the transaction's touch record failed: %s" % err.str(),
+                                  txn_requires_abort=True) from KafkaException(err)
+
+    def _raise_touch_failure(self, e: KafkaException) -> None:
+        err = error_of(e)
+        if err is not None and is_fatal(e):
+            self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
+                                          % err.str(), fatal=True)
+            raise self._fatal from None
+        raise e
+
+    # ------------------------------------------------------------ staging
+
+    def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline) -> None:
+        left: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]] = dict(acks.items())
+        refresh = False
+        last: Optional[BaseException] = None
+        attempt = 0
+        retouches = 0
+        while True:
+            if attempt > 0:
+                wait = min(self._stx.retry_backoff_s, deadline.left())
+                if wait <= 0:
+                    log.warning("sharetx: TxnShareAcknowledge gave up after %d attempts within the timeout: %s",
+                                attempt, last)
+                    raise _Timeout("TxnShareAcknowledge did not succeed within the timeout%s"
+                                   % (": %s" % last if last else ""))
+                _sleep(wait)
+            attempt += 1
+            try:
+                by_leader = self._route(left, refresh, deadline)
+            except (OSError, SidecarTimeout, MalformedResponse, _Retry) as e:
+                last = e
+                refresh = True
+                continue
+            refresh = False
+            for addr, parts in by_leader.items():
+                body = P.txn_share_acknowledge(self._stx.transactional_id, md.group_id, -1, -1, md.member_id,
+                                               md.member_epoch, [p for _, p in parts])
+                try:
+                    b = self._client().request(addr, self._stx.api_key, 0, True, body, deadline)
+                except (OSError, SidecarTimeout) as e:
+                    # A lost answer is safe to retry: the sidecar answers a repeated call of the same
+                    # transaction with the same success, staging nothing twice.
+                    last = e
+                    refresh = True
+                    continue
+                except MalformedResponse as e:
+                    self._fatal = kafka_exception(KafkaError._BAD_MSG, "sharetx: malformed TxnShareAcknowledge response "
+                                                  "from %s: %s" % (addr, e), fatal=True)
+                    raise self._fatal from None
+                try:
+                    resp = P.parse_txn_share_acknowledge(b)
+                except MalformedResponse as e:
+                    self._fatal = kafka_exception(KafkaError._BAD_MSG, "sharetx: malformed TxnShareAcknowledge response "
+                                                  "from %s: %s" % (addr, e), fatal=True)
+                    raise self._fatal from None
+                code = resp.effective_code()
+                if code == 0:
+                    for tip, _ in parts:
+                        left.pop(tip, None)
+                    continue
+                ex = error_for(code, resp.message())
+                err = error_of(ex)
+                assert err is not None
+                if err.retriable():
+                    last = ex
+                    if code == COORDINATOR_LOAD_IN_PROGRESS and retouches < _MAX_RETOUCHES:
+                        # This sidecar has not seen the transaction's producer (it restarted after
+                        # the touch, or the touch went through another one): the touch again,
+                        # through it, tells it the producer id and epoch.
+                        retouches += 1
+                        self._touch(deadline)
+                    if code in (UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER):
+                        for _, p in parts:
+                            self._forget_topic_id(p.topic_id)
+                        refresh = True
+                    continue
+                if code in ABORTABLE_CODES:
+                    self._abortable = ex
+                    raise ex
+                self._fatal = ex
+                raise ex
+            if not left:
+                return
+
+    def _forget_topic_id(self, tid: uuid.UUID) -> None:
+        for name in [n for n, tm in self._topics.items() if tm.topic_id == tid]:
+            del self._topics[name]
+
+    def _route(self, acks: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]], refresh: bool,
+               deadline: Deadline) -> Dict[str, List[Tuple[TopicIdPartition, P.AckPartition]]]:
+        """Groups the partitions by their leader's address (the sidecar's listener for it), looking
+        topic ids and leaders up as needed."""
+        need = sorted({tip.topic for tip in acks if tip.topic is not None and (refresh or tip.topic not in self._topics)})
+        if need:
+            md = self._metadata(need, deadline)
+            problems = []
+            for t in need:
+                tm = md.topics.get(t)
+                if tm is None or tm.error_code != 0 or tm.topic_id == P.ZERO_UUID:
+                    self._topics.pop(t, None)
+                    problems.append("%s: %s" % (t, "not in the metadata response" if tm is None else
+                                                code_name(tm.error_code) if tm.error_code else "no topic id"))
+                else:
+                    self._topics[t] = tm
+            if problems:
+                raise _Retry("looking up topic ids: " + "; ".join(problems))
+        out: Dict[str, List[Tuple[TopicIdPartition, P.AckPartition]]] = {}
+        for tip, batches in acks.items():
+            tm = self._topics.get(tip.topic) if tip.topic is not None else None
+            tid = tip.topic_id if tip.topic_id is not None else tm.topic_id  # type: ignore[union-attr]
+            addr = None
+            if tm is not None and tip.partition in tm.leaders:
+                addr = self._brokers.get(tm.leaders[tip.partition])
+            if addr is None:
+                addr = self._client().any_bootstrap()  # every sidecar listener serves the key
+            out.setdefault(addr, []).append((tip, P.AckPartition(tid, tip.partition, batches_wire(batches))))
+        return out
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Retry(Exception):
+    pass
+
+
+def _sleep(s: float) -> None:
+    if s > 0:
+        time.sleep(s)
+
+
+__all__ = ["Producer", "DEFAULT_TIMEOUT", "ShareAcknowledgementBatch"]
