@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -80,8 +79,19 @@ func JavaApps(ctx context.Context, progress io.Writer) (java, classpath string, 
 	if err != nil {
 		return "", "", fmt.Errorf("finding java/apps.sh: %w", err)
 	}
+	if classpath, err = runSetup(ctx, root, "java/apps.sh", "classpath", progress); err != nil {
+		return "", "", err
+	}
+	return java, classpath, nil
+}
+
+// runSetup runs the setup script at path (under root) from root, its
+// progress (stderr) to progress (nil: kept for the error), and returns the
+// last line it printed on stdout, which names what (an interpreter, a
+// classpath).
+func runSetup(ctx context.Context, root, path, what string, progress io.Writer) (string, error) {
 	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "java", "apps.sh"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, filepath.FromSlash(path)))
 	cmd.Dir = root
 	cmd.Stdout = &out
 	cmd.Stderr = &errOut
@@ -89,14 +99,14 @@ func JavaApps(ctx context.Context, progress io.Writer) (java, classpath string, 
 		cmd.Stderr = io.MultiWriter(&errOut, progress)
 	}
 	if err := cmd.Run(); err != nil {
-		return "", "", fmt.Errorf("java/apps.sh: %v\n%s", err, LastLines(errOut.String(), 20))
+		return "", fmt.Errorf("%s: %v\n%s", path, err, LastLines(errOut.String(), 20))
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	classpath = strings.TrimSpace(lines[len(lines)-1])
-	if classpath == "" {
-		return "", "", errors.New("java/apps.sh printed no classpath")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if last == "" {
+		return "", fmt.Errorf("%s printed no %s", path, what)
 	}
-	return java, classpath, nil
+	return last, nil
 }
 
 func LastLines(s string, n int) string {

@@ -1,14 +1,11 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
-	"path/filepath"
-	"strings"
 )
 
 // The repository's Python programs (the chaos tool's and the demo's
@@ -26,21 +23,8 @@ func PythonApps(ctx context.Context, progress io.Writer) (python, root string, e
 	if root, err = ModuleRoot(); err != nil {
 		return "", "", fmt.Errorf("finding python/venv.sh: %w", err)
 	}
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "python", "venv.sh"))
-	cmd.Dir = root
-	cmd.Stdout = &out
-	cmd.Stderr = &errOut
-	if progress != nil {
-		cmd.Stderr = io.MultiWriter(&errOut, progress)
-	}
-	if err := cmd.Run(); err != nil {
-		return "", "", fmt.Errorf("python/venv.sh: %v\n%s", err, LastLines(errOut.String(), 20))
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	python = strings.TrimSpace(lines[len(lines)-1])
-	if python == "" {
-		return "", "", errors.New("python/venv.sh printed no interpreter")
+	if python, err = runSetup(ctx, root, "python/venv.sh", "interpreter", progress); err != nil {
+		return "", "", err
 	}
 	return python, root, nil
 }
