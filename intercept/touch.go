@@ -199,7 +199,10 @@ func (e *KIP1289) mergeShadow(sp *touchSplit, resp *kmsg.ProduceResponse) {
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 			if rp.ErrorCode == 0 {
-				e.ledger.LearnTxn(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch)
+				// Where the touch landed: a call with producer id -1 may
+				// name it (kip1289 TouchOffset) and is then checked against
+				// the ids it was written with.
+				e.ledger.LearnTouch(sp.txn.ident, sp.txn.txnID, sp.txn.producerID, sp.txn.epoch, rp.BaseOffset)
 			}
 		}
 	}

@@ -16,6 +16,7 @@
 package kip1289
 
 import (
+	"encoding/binary"
 	"errors"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -73,11 +74,24 @@ type TxnShareAcknowledgeRequest struct {
 	// this transaction, so the proxy may write the shadow record inside
 	// that Produce instead of a write of its own (docs/protocol.md).
 	RideProduce bool
+
+	// TouchOffset (a sharetx extension, tagged field TouchOffsetTag, never
+	// sent by the KIP's client; nil: absent) names the caller's touch
+	// record of this transaction by its offset in the transaction's touch
+	// partition. With ProducerID and ProducerEpoch -1 it asks the proxy for
+	// the ids that touch was written with, not the ones it saw last for
+	// the transactional id: a zombie whose touch was accepted just before
+	// a newer instance initialised is then fenced instead of staging into
+	// the newer instance's transaction (docs/protocol.md).
+	TouchOffset *int64
 }
 
 // RideProduceTag is the top-level tagged field of RideProduce: far above
 // any tag the KIP may define.
 const RideProduceTag = 10000
+
+// TouchOffsetTag is the top-level tagged field of TouchOffset (an int64).
+const TouchOffsetTag = 10001
 
 // TxnShareAcknowledgeTopic is one topic of a request.
 type TxnShareAcknowledgeTopic struct {
@@ -194,13 +208,25 @@ func (r *TxnShareAcknowledgeRequest) AppendTo(b []byte) []byte {
 		}
 		b = noTags(b)
 	}
+	n := 0
 	if r.RideProduce {
-		b = kbin.AppendUvarint(b, 1) // one tagged field
+		n++
+	}
+	if r.TouchOffset != nil {
+		n++
+	}
+	b = kbin.AppendUvarint(b, uint32(n)) // tagged fields, in increasing tag order
+	if r.RideProduce {
 		b = kbin.AppendUvarint(b, RideProduceTag)
 		b = kbin.AppendUvarint(b, 1) // its size
-		return append(b, 1)
+		b = append(b, 1)
 	}
-	return noTags(b)
+	if r.TouchOffset != nil {
+		b = kbin.AppendUvarint(b, TouchOffsetTag)
+		b = kbin.AppendUvarint(b, 8)
+		b = kbin.AppendInt64(b, *r.TouchOffset)
+	}
+	return b
 }
 
 // ReadFrom implements kmsg.Request. Unknown tagged fields are skipped; an
@@ -245,10 +271,14 @@ func (r *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		}
 		d.skipTags()
 	}
-	r.RideProduce = false
+	r.RideProduce, r.TouchOffset = false, nil
 	d.eachTag(func(tag uint32, v []byte) {
-		if tag == RideProduceTag && len(v) == 1 {
+		switch {
+		case tag == RideProduceTag && len(v) == 1:
 			r.RideProduce = v[0] != 0
+		case tag == TouchOffsetTag && len(v) == 8:
+			o := int64(binary.BigEndian.Uint64(v))
+			r.TouchOffset = &o
 		}
 	})
 	return d.complete()

@@ -203,3 +203,41 @@ func TestRideProduceTag(t *testing.T) {
 		t.Fatalf("the reference layout decoded with the flag: %+v, %v", got, err)
 	}
 }
+
+// TestTouchOffsetTag: the touch offset is a tagged field of its own (tag
+// TouchOffsetTag, an int64), after RideProduce when both are sent (tags in
+// increasing order); absent, the reference layout decodes with none, and
+// offset 0 is an offset, not absence.
+func TestTouchOffsetTag(t *testing.T) {
+	ref := referenceRequestBytes()
+	for _, ride := range []bool{false, true} {
+		for _, off := range []int64{0, 42, 1 << 40} {
+			r := referenceRequest()
+			r.RideProduce = ride
+			r.TouchOffset = &off
+			b := r.AppendTo(nil)
+			want := append([]byte(nil), ref[:len(ref)-1]...)
+			if ride {
+				want = append(want, 2)
+				want = binary.AppendUvarint(want, RideProduceTag)
+				want = append(want, 1, 1)
+			} else {
+				want = append(want, 1)
+			}
+			want = binary.AppendUvarint(want, TouchOffsetTag)
+			want = append(want, 8)
+			want = binary.BigEndian.AppendUint64(want, uint64(off))
+			if !bytes.Equal(b, want) {
+				t.Fatalf("ride %v offset %d: encoded\n%x\nwant\n%x", ride, off, b, want)
+			}
+			var got TxnShareAcknowledgeRequest
+			if err := got.ReadFrom(b); err != nil || got.RideProduce != ride || got.TouchOffset == nil || *got.TouchOffset != off {
+				t.Fatalf("ride %v offset %d: decoded %+v, %v", ride, off, got, err)
+			}
+		}
+	}
+	var got TxnShareAcknowledgeRequest
+	if err := got.ReadFrom(ref); err != nil || got.TouchOffset != nil {
+		t.Fatalf("the reference layout decoded with a touch offset: %+v, %v", got, err)
+	}
+}

@@ -117,6 +117,27 @@ func (l *Ledger) LearnTxn(ident, txnID string, pid int64, epoch int16) {
 	l.txns[txnID] = t
 }
 
+// LearnTouch records a touch record of txnID the broker accepted at offset
+// of its touch partition, written by ident with producer id pid at epoch:
+// what LearnTxn learns from a write, and the touch itself, which a call
+// with producer id and epoch -1/-1 may name (kip1289 TouchOffset) to be
+// checked against the ids it was written with rather than the latest.
+func (l *Ledger) LearnTouch(ident, txnID string, pid int64, epoch int16, offset int64) {
+	l.LearnTxn(ident, txnID, pid, epoch)
+	if offset < 0 || !keepable(txnID) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.txns[txnID]
+	if !ok || !t.ownedBy(ident) {
+		return
+	}
+	t.touches[t.touchNext%maxTouches] = touchSeen{offset: offset, producerID: pid, epoch: epoch, ident: ident, valid: true}
+	t.touchNext++
+	l.txns[txnID] = t
+}
+
 // SetTxn records the producer id and epoch the coordinator just gave a
 // transactional id (InitProducerId, EndTxn v5+) on a connection of ident.
 // (Such an epoch is fresh: the caller tells the shadow writer,

@@ -335,9 +335,36 @@ type offRef struct {
 type txnInfo struct {
 	producerID int64
 	epoch      int16
-	owners     []string      // principals the broker accepted the id's InitProducerId or writes from
-	seen       time.Time     // the last InitProducerId, EndTxn or write of it (Prune forgets it after max(timeout, txnIdleFloor))
-	timeout    time.Duration // the transaction timeout its InitProducerId asked for (0: not seen)
+	owners     []string              // principals the broker accepted the id's InitProducerId or writes from
+	seen       time.Time             // the last InitProducerId, EndTxn or write of it (Prune forgets it after max(timeout, txnIdleFloor))
+	timeout    time.Duration         // the transaction timeout its InitProducerId asked for (0: not seen)
+	touches    [maxTouches]touchSeen // the last touches relayed for it, newest at touchNext-1 (LearnTouch)
+	touchNext  int
+}
+
+// maxTouches is how many of a transactional id's touches the ledger keeps:
+// a call names the touch it made just before (TouchOffset), so a few cover
+// a client's retouches and a zombie's last touch beside its successor's.
+const maxTouches = 4
+
+// touchSeen is a touch record the broker accepted: where, and with which
+// producer id and epoch, by which principal.
+type touchSeen struct {
+	offset     int64
+	producerID int64
+	epoch      int16
+	ident      string
+	valid      bool
+}
+
+// touch returns the touch at offset, if kept.
+func (t *txnInfo) touch(offset int64) (touchSeen, bool) {
+	for _, ts := range t.touches {
+		if ts.valid && ts.offset == offset {
+			return ts, true
+		}
+	}
+	return touchSeen{}, false
 }
 
 // own records that the broker accepted a write of the transaction from

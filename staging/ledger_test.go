@@ -442,3 +442,58 @@ func TestPruneForgetsIdleOwners(t *testing.T) {
 		t.Errorf("a live group was forgotten: readers %v topics %v", e.readers, e.topics)
 	}
 }
+
+// TestTouchOffsetFencesTheZombieWindow: with producer id -1/-1 a call that
+// names its touch (kip1289 TouchOffset) is checked against the ids that
+// touch was written with. The window it closes: a zombie's touch accepted
+// just before a newer instance's InitProducerId, its call just after, which
+// -1/-1 alone resolves to the newer instance's ids (staging the zombie's
+// acknowledgements into the newer transaction); naming its touch, it is
+// PRODUCER_FENCED. The newer instance's own touch stages; a touch never
+// relayed here, or pushed out by newer ones, asks for a new touch
+// (retriable).
+func TestTouchOffsetFencesTheZombieWindow(t *testing.T) {
+	topic := [16]byte{1}
+	e := testEngine()
+	e.Acquired("User:app", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.SetTxn("User:app", "tx", 7, 2)
+	e.LearnTouch("User:app", "tx", 7, 2, 100) // the zombie's touch, at epoch 2
+	call := func(off *int64, ident string) (int16, *Call) {
+		req := txnReq(topic, 0, ab(0, 1, 1))
+		req.ProducerID, req.ProducerEpoch, req.TouchOffset = -1, -1, off
+		r, c := e.validateAndReserve(req, ident)
+		if c != nil {
+			e.unstage(c)
+			return 0, c
+		}
+		return r.ErrorCode, nil
+	}
+	zombie, newer, unknown := int64(100), int64(101), int64(55)
+
+	if code, c := call(&zombie, "User:app"); code != 0 || c.epoch != 2 {
+		t.Fatalf("the zombie's call before the newer instance initialised: %v, %+v", kerr.ErrorForCode(code), c)
+	}
+	e.SetTxn("User:app", "tx", 7, 3) // the newer instance's InitProducerId
+	if code, c := call(nil, "User:app"); code != 0 || c.epoch != 3 {
+		t.Fatalf("-1/-1 alone resolves to the latest ids (the window): %v, %+v", kerr.ErrorForCode(code), c)
+	}
+	if code, _ := call(&zombie, "User:app"); code != kerr.ProducerFenced.Code {
+		t.Fatalf("the zombie's call naming its touch after the newer instance initialised: %v, want PRODUCER_FENCED", kerr.ErrorForCode(code))
+	}
+	e.LearnTouch("User:app", "tx", 7, 3, newer)
+	if code, c := call(&newer, "User:app"); code != 0 || c.epoch != 3 {
+		t.Fatalf("the newer instance's call naming its touch: %v, %+v", kerr.ErrorForCode(code), c)
+	}
+	if code, _ := call(&zombie, "User:app"); code != kerr.ProducerFenced.Code {
+		t.Fatalf("the zombie's touch beside the newer one: %v, want PRODUCER_FENCED", kerr.ErrorForCode(code))
+	}
+	if code, _ := call(&unknown, "User:app"); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("a touch never relayed here: %v, want COORDINATOR_LOAD_IN_PROGRESS", kerr.ErrorForCode(code))
+	}
+	for i := int64(0); i < maxTouches; i++ { // the kept touches are the newest
+		e.LearnTouch("User:app", "tx", 7, 3, 200+i)
+	}
+	if code, _ := call(&newer, "User:app"); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("a touch pushed out by %d newer ones: %v, want COORDINATOR_LOAD_IN_PROGRESS", maxTouches, kerr.ErrorForCode(code))
+	}
+}

@@ -300,6 +300,23 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 			return ErrorResponse(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
 		}
 		pid, epoch = t.producerID, t.epoch
+		if req.TouchOffset != nil {
+			// The call names the touch it made: the ids that touch was
+			// written with, checked as if the caller had sent them, so a
+			// zombie whose touch came just before a newer instance's
+			// InitProducerId is fenced rather than staged into the newer
+			// transaction.
+			ts, ok := t.touch(*req.TouchOffset)
+			if !ok || ts.ident != ident {
+				// Retriable: a touch relayed through another sidecar, or
+				// before a restart; the client touches again, through
+				// this one.
+				return ErrorResponse(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: the touch record this call names was not relayed through this proxy (or is too old); touch again and retry"), nil
+			}
+			if ts.producerID != t.producerID || ts.epoch < t.epoch {
+				return ErrorResponse(req, kerr.ProducerFenced.Code, "sharetx: the touch record this call names was written by an earlier producer of the transactional id"), nil
+			}
+		}
 	case pid < 0 || epoch < 0:
 		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: ProducerId and ProducerEpoch must both be set, or both be -1 (sharetx extension)"), nil
 	case !known || (t.producerID == pid && epoch > t.epoch):

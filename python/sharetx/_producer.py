@@ -9,7 +9,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 import confluent_kafka
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from . import _protocol as P
 from ._acks import ShareAcknowledgementBatch, ShareAcknowledgements, ShareGroupMetadata, TopicIdPartition, batches_wire
@@ -149,8 +149,8 @@ class Producer(confluent_kafka.Producer):
                 # last for the transactional id, so a zombie whose transaction was touched before a
                 # newer instance initialised would otherwise stage its later calls into the newer
                 # instance's transaction (test_zombie_cannot_stage_a_later_call).
-                self._touch(deadline)
-                self._stage(acknowledgements, metadata, deadline)
+                touch = self._touch(deadline)
+                self._stage(acknowledgements, metadata, deadline, touch)
                 self._unresolved = False
             except _Timeout as e:
                 self._unresolved = True
@@ -264,7 +264,11 @@ class Producer(confluent_kafka.Producer):
             _sleep(min(self._stx.retry_backoff_s, deadline.left()))
         raise _Timeout("the shadow topic's partitions were not learnt within the timeout: %s" % last)
 
-    def _touch(self, deadline: Deadline) -> None:
+    def _touch(self, deadline: Deadline) -> int:
+        """Produces the transaction's touch record and returns its offset, which the call names
+        (TouchOffset): the sidecar checks the call against the producer id and epoch the touch was
+        written with, so a zombie whose touch came just before a newer instance initialised is
+        fenced rather than staged into the newer instance's transaction."""
         n = self._shadow_partition_count(deadline)
         if n < 2:
             raise kafka_exception(KafkaError._INVALID_ARG, "sharetx: shadow topic %s has %d partition(s); it needs at "
@@ -272,9 +276,15 @@ class Producer(confluent_kafka.Producer):
                                   "records" % (self._stx.shadow_topic, n), txn_requires_abort=True)
         part = touch_partition(self._stx.transactional_id or "", n)
         result: List[Optional[KafkaError]] = []
+        offsets: List[int] = []
+
+        def delivered(err: Optional[KafkaError], msg: Message) -> None:
+            offsets.append(msg.offset() if err is None and msg is not None and msg.offset() is not None else -1)
+            result.append(err)
+
         try:
             super().produce(self._stx.shadow_topic, value=TOUCH_VALUE, partition=part, headers=TOUCH_HEADERS,
-                            on_delivery=lambda err, msg: result.append(err))
+                            on_delivery=delivered)
         except KafkaException as e:
             self._raise_touch_failure(e)
         while not result:
@@ -301,6 +311,7 @@ class Producer(confluent_kafka.Producer):
                 raise self._fatal
             raise kafka_exception(err.code(), "sharetx: producing the transaction's touch record failed: %s" % err.str(),
                                   txn_requires_abort=True) from KafkaException(err)
+        return offsets[0]
 
     def _raise_touch_failure(self, e: KafkaException) -> None:
         err = error_of(e)
@@ -312,7 +323,7 @@ class Producer(confluent_kafka.Producer):
 
     # ------------------------------------------------------------ staging
 
-    def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline) -> None:
+    def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline, touch: int) -> None:
         left: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]] = dict(acks.items())
         refresh = False
         last: Optional[BaseException] = None
@@ -337,7 +348,8 @@ class Producer(confluent_kafka.Producer):
             refresh = False
             for addr, parts in by_leader.items():
                 body = P.txn_share_acknowledge(self._stx.transactional_id, md.group_id, -1, -1, md.member_id,
-                                               md.member_epoch, [p for _, p in parts])
+                                               md.member_epoch, [p for _, p in parts],
+                                               touch if touch >= 0 else None)
                 try:
                     b = self._client().request(addr, self._stx.api_key, 0, True, body, deadline)
                 except (OSError, SidecarTimeout) as e:
@@ -371,7 +383,7 @@ class Producer(confluent_kafka.Producer):
                         # the touch, or the touch went through another one): the touch again,
                         # through it, tells it the producer id and epoch.
                         retouches += 1
-                        self._touch(deadline)
+                        touch = self._touch(deadline)
                     if code in (UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER):
                         for _, p in parts:
                             self._forget_topic_id(p.topic_id)

@@ -20,6 +20,10 @@ SASL_AUTHENTICATE = 36
 DEFAULT_TXN_SHARE_ACKNOWLEDGE_KEY = 95
 #: The top-level tagged field of sharetx's RideProduce extension (not sent by this library).
 RIDE_PRODUCE_TAG = 10000
+#: The top-level tagged field of sharetx's TouchOffset extension (an int64): the offset of the
+#: call's own touch record, so that the sidecar checks the call against the producer id and epoch
+#: that touch was written with (docs/protocol.md).
+TOUCH_OFFSET_TAG = 10001
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -45,11 +49,13 @@ class AckPartition:
 
 
 def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, producer_id: int, producer_epoch: int,
-                          member_id: str, member_epoch: int, partitions: Iterable[AckPartition]) -> bytes:
+                          member_id: str, member_epoch: int, partitions: Iterable[AckPartition],
+                          touch_offset: Optional[int] = None) -> bytes:
     """TxnShareAcknowledgeRequest v0, fields in the reference's wire order: TransactionalId, GroupId,
     ProducerId, ProducerEpoch, MemberId, MemberEpoch, Topics[TopicId, Partitions[PartitionIndex,
     AcknowledgementBatches[FirstOffset, LastOffset, AcknowledgeTypes[int8]]]]. Partitions of one
-    topic id are grouped, in the order given."""
+    topic id are grouped, in the order given. touch_offset (sharetx's TouchOffset extension, a
+    tagged field) names the call's touch record."""
     by_topic: Dict[uuid.UUID, List[AckPartition]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic_id, []).append(p)
@@ -66,7 +72,9 @@ def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, produc
                 w.no_tags()
             w.no_tags()
         w.no_tags()
-    return w.no_tags().getvalue()
+    if touch_offset is None:
+        return w.no_tags().getvalue()
+    return w.uvarint(1).uvarint(TOUCH_OFFSET_TAG).uvarint(8).int64(touch_offset).getvalue()
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,54 @@ def test_zombie_cannot_stage_a_later_call():
         assert offsets(left) == offsets(msgs), "every record is still to be processed: none was acknowledged"
 
 
+def test_zombie_window_between_touch_and_call():
+    """The window the touch alone left: a zombie's touch accepted just before a newer instance
+    initialised, its call just after. The call names its touch (sharetx's TouchOffset extension),
+    so the sidecar checks it against the ids that touch was written with and refuses it
+    (PRODUCER_FENCED, fatal) instead of resolving -1/-1 to the newer instance's ids and staging the
+    zombie's acknowledgements into the newer transaction. The newer instance then stages the same
+    records itself and commits. The newer instance initialises from inside the zombie's call,
+    between its touch and its TxnShareAcknowledge, so the window is hit every run."""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        txn_id = unique("pzombie3")
+        zombie = s.producer(txn_id)
+        zombie.init_transactions(POLL)
+        msgs = []
+        while len(msgs) < 4:
+            msgs += poll_some(c)
+            assert len(msgs) == 4, "want the 4 records in one poll, got %d" % len(msgs)  # explicit mode
+        md = sharetx.share_group_metadata(c, s.group)
+        fresh = s.producer(txn_id)
+        real_touch = zombie._touch
+
+        def touch_then_newer_instance(deadline):  # type: ignore[no-untyped-def]
+            offset = real_touch(deadline)
+            fresh.init_transactions(POLL)  # the newer instance, between the zombie's touch and its call
+            return offset
+
+        zombie._touch = touch_then_newer_instance  # type: ignore[method-assign]
+        zombie.begin_transaction()
+        with pytest.raises(KafkaException) as e:
+            zombie.send_share_acknowledgements_to_transaction(acks_of(msgs[:2]), md, timeout=30)
+        err = e.value.args[0]
+        assert err.fatal(), "the zombie's call in the window must be fenced, got %s" % err
+        fresh.begin_transaction()
+        fresh.produce(s.output, key=b"k", value=b"fresh")
+        fresh.send_share_acknowledgements_to_transaction(acks_of(msgs), md)  # none of them staged by the zombie
+        fresh.commit_transaction(POLL)
+        sharetx.acknowledge_handed_over(c, msgs)
+        c.poll(0.5)
+        assert s.committed_outputs(QUIET) == [b"fresh"]
+        s.closeables.remove(zombie)
+        try:
+            zombie.close(10)
+        except KafkaException as e2:
+            assert e2.args[0].fatal(), e2
+        s.close_clients()
+        assert s.left_for_fresh_member(QUIET) == [], "records left after the newer instance committed"
+
+
 def test_transaction_timeout():
     """A transaction that never ends is aborted by the coordinator; the sidecar releases its records
     (redelivered), and a new transaction stages and commits them."""

@@ -57,19 +57,27 @@ final class Protocol {
      */
     static byte[] txnShareAcknowledge(String transactionalId, String groupId, long producerId, short producerEpoch,
                                       String memberId, int memberEpoch, List<AckPartition> partitions) {
-        return txnShareAcknowledge(transactionalId, groupId, producerId, producerEpoch, memberId, memberEpoch, partitions, false);
+        return txnShareAcknowledge(transactionalId, groupId, producerId, producerEpoch, memberId, memberEpoch, partitions, false, null);
     }
 
     /** The top-level tagged field of sharetx's RideProduce extension (docs/protocol.md). */
     static final int RIDE_PRODUCE_TAG = 10000;
+    /**
+     * The top-level tagged field of sharetx's TouchOffset extension (an int64, docs/protocol.md):
+     * the offset of the transaction's touch record, so that a call with producer id -1 is checked
+     * against the ids that touch was written with.
+     */
+    static final int TOUCH_OFFSET_TAG = 10001;
 
     /**
      * TxnShareAcknowledgeRequest v0; with {@code rideProduce} it carries sharetx's RideProduce
      * extension (tagged field {@value #RIDE_PRODUCE_TAG}, one byte 1): records of the transaction
-     * are being produced, so the sidecar may append the shadow record to their Produce.
+     * are being produced, so the sidecar may append the shadow record to their Produce; with a
+     * {@code touchOffset}, sharetx's TouchOffset extension (tagged field {@value #TOUCH_OFFSET_TAG}).
      */
     static byte[] txnShareAcknowledge(String transactionalId, String groupId, long producerId, short producerEpoch,
-                                      String memberId, int memberEpoch, List<AckPartition> partitions, boolean rideProduce) {
+                                      String memberId, int memberEpoch, List<AckPartition> partitions, boolean rideProduce,
+                                      Long touchOffset) {
         Map<Uuid, List<AckPartition>> byTopic = new LinkedHashMap<>();
         for (AckPartition p : partitions) {
             byTopic.computeIfAbsent(p.topicId, k -> new ArrayList<>()).add(p);
@@ -97,10 +105,14 @@ final class Protocol {
             }
             w.noTags();
         }
+        w.uvarint((rideProduce ? 1 : 0) + (touchOffset != null ? 1 : 0)); // tagged fields, in increasing tag order
         if (rideProduce) {
-            return w.uvarint(1).uvarint(RIDE_PRODUCE_TAG).uvarint(1).int8(1).toByteArray();
+            w.uvarint(RIDE_PRODUCE_TAG).uvarint(1).int8(1);
         }
-        return w.noTags().toByteArray();
+        if (touchOffset != null) {
+            w.uvarint(TOUCH_OFFSET_TAG).uvarint(8).int64(touchOffset);
+        }
+        return w.toByteArray();
     }
 
     /** A decoded TxnShareAcknowledgeResponse v0. */

@@ -115,6 +115,10 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
     // The producer id and epoch the calls of this transaction name; null: -1/-1 (the sidecar takes
     // the ones it knows), after a touch record.
     private volatile long[] ids;
+    // The offset of this transaction's touch record, when it made one: a call with producer id -1
+    // names it (TouchOffset), so the sidecar checks the call against the ids the touch was written
+    // with and fences a zombie whose touch came before a newer instance initialised.
+    private volatile Long touchOffset;
     private volatile KafkaException abortableError;
     private volatile KafkaException fatalError;
     private volatile boolean unresolvedCall;
@@ -202,7 +206,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                     // kafka-clients whose ids cannot be read (design.md §9.3).
                     ids = sent ? NetworkCompat.producerIdAndEpoch(this) : null;
                     if (ids == null) {
-                        touch(deadline);
+                        touchOffset = touch(deadline);
                     }
                     touched = true;
                 }
@@ -229,6 +233,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         super.beginTransaction();
         inTransaction = true;
         touched = false;
+        touchOffset = null;
         sent = false;
         ids = null;
         abortableError = null;
@@ -301,7 +306,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
     // ---------------------------------------------------------------- the touch record
 
     @SuppressWarnings("unchecked")
-    private void touch(long deadline) {
+    private Long touch(long deadline) {
         int n = shadowPartitionCount();
         if (n < 2) {
             throw new KafkaException("sharetx-clients: shadow topic " + settings.shadowTopic + " has " + n
@@ -311,7 +316,8 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
         ProducerRecord<K, V> r = new ProducerRecord<>(settings.shadowTopic, part, null, (K) Touch.MARKER, (V) Touch.MARKER,
             Touch.HEADERS);
         try {
-            super.send(r).get(Math.max(1, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
+            RecordMetadata md = super.send(r).get(Math.max(1, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
+            return md.hasOffset() ? md.offset() : null;
         } catch (java.util.concurrent.TimeoutException e) {
             throw new TimeoutException("sharetx-clients: the transaction's touch record to " + settings.shadowTopic + "[" + part
                 + "] was not acknowledged within max.block.ms");
@@ -422,7 +428,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                 boolean ride = pe != null && NetworkCompat.hasIncomplete(this);
                 byte[] body = Protocol.txnShareAcknowledge(settings.transactionalId, md.groupId(),
                     pe != null ? pe[0] : -1L, pe != null ? (short) pe[1] : (short) -1,
-                    md.memberId(), md.memberEpoch(), e.getValue(), ride);
+                    md.memberId(), md.memberEpoch(), e.getValue(), ride, pe != null ? null : touchOffset);
                 Protocol.AckResponse resp;
                 try {
                     ByteBuffer b = sidecar().request(e.getKey(), settings.apiKey, (short) 0, true, body, deadline, ride ? this::flush : null);
@@ -454,7 +460,7 @@ public class SharetxProducer<K, V> extends KafkaProducer<K, V> {
                         // sends it nothing while this call waits: the touch record again, through
                         // it, tells it the producer id and epoch.
                         retouches++;
-                        touch(deadline);
+                        touchOffset = touch(deadline);
                     }
                     if (code == Errors.UNKNOWN_TOPIC_ID.code() || code == Errors.NOT_LEADER_OR_FOLLOWER.code()) {
                         for (Protocol.AckPartition p : e.getValue()) {

@@ -66,8 +66,14 @@ class WireFormatTest {
         assertEquals(GO_REQUEST, HexFormat.of().formatHex(got));
         // RideProduce: the request's one top-level tagged field instead of none — count 1, tag
         // 10000 (uvarint 90 4e), length 1, value 1 — as kip1289's TestRideProduceTag lays it out.
-        byte[] ride = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts, true);
+        byte[] ride = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts, true, null);
         assertEquals(GO_REQUEST.substring(0, GO_REQUEST.length() - 2) + "01904e0101", HexFormat.of().formatHex(ride));
+        // TouchOffset: tag 10001 (uvarint 91 4e), length 8, the offset; after RideProduce when both
+        // are sent (kip1289's TestTouchOffsetTag).
+        byte[] touch = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts, false, 42L);
+        assertEquals(GO_REQUEST.substring(0, GO_REQUEST.length() - 2) + "01914e08000000000000002a", HexFormat.of().formatHex(touch));
+        byte[] both = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts, true, 42L);
+        assertEquals(GO_REQUEST.substring(0, GO_REQUEST.length() - 2) + "02904e0101914e08000000000000002a", HexFormat.of().formatHex(both));
     }
 
     @Test
