@@ -15,7 +15,7 @@ import (
 
 // javaEOSOpts is one run of e2e/bench/java's EosBench.
 type javaEOSOpts struct {
-	Mode                             string // share (through sharetx) or group (direct)
+	Mode                             string // share (through sharetx), group or share-txn (direct)
 	Bootstrap, In, Out, Group, TxnID string
 	Batch                            int
 	Target                           int64
@@ -165,3 +165,83 @@ func parseEosResult(out string) (javaEOSResult, error) {
 
 // javaCommitP99 is a Java run's commitTransaction p99.
 func javaCommitP99(p *pipelineResult) float64 { return p.Budget["commitTransaction"].P99Ms }
+
+// eosClient is one language's exactly-once bench program: its modes, its
+// time limit and how it is run.
+type eosClient struct {
+	language string
+	modes    map[string]eosMode
+	maxDur   func(o *Options) time.Duration
+	run      func(context.Context, javaEOSOpts) (javaEOSResult, error)
+}
+
+// eosMode is one mode of an eosClient: the program's --mode, and whether it
+// runs through the proxy or direct.
+type eosMode struct {
+	arg     string
+	through bool
+}
+
+var (
+	javaEOSClient = eosClient{language: "java",
+		modes: map[string]eosMode{modeJavaShareEOS: {"share", true}, modeJavaGroupEOS: {"group", false},
+			modeJavaShareTxn: {"share-txn", true}, modeJavaShareTxnDirect: {"share-txn", false}},
+		maxDur: func(o *Options) time.Duration { return o.JavaEOSDur }, run: runJavaEOS}
+	pythonEOSClient = eosClient{language: "python",
+		modes: map[string]eosMode{modePyShareEOS: {"share", true}, modePyGroupEOS: {"group", false},
+			modePyShareTxn: {"share-txn", true}, modePyShareTxnDirect: {"share-txn", false}},
+		maxDur: func(o *Options) time.Duration { return o.PythonEOSDur }, run: runPythonEOS}
+)
+
+// clientEOSRun runs one mode of c's program on a new output topic: the
+// proxy's side of its budget when through it, its outputs checked per
+// input id when the mode promises exactly-once.
+func (b *bench) clientEOSRun(ctx context.Context, c eosClient, mode, in string, batch, round int) (*pipelineResult, error) {
+	n, out, err := b.runOutput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer b.dropTopic(out)
+	m, ok := c.modes[mode]
+	if !ok {
+		return nil, fmt.Errorf("no %s mode %q", c.language, mode)
+	}
+	jo := javaEOSOpts{Mode: m.arg, Bootstrap: b.direct, In: in, Out: out,
+		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
+		Batch: batch, Target: int64(b.o.PipelineRecords), MaxDur: c.maxDur(&b.o)}
+	if m.through {
+		jo.Bootstrap = b.proxy.bootstrap
+	}
+	if jo.Mode != "group" {
+		if err := shareFromEarliest(ctx, b.admin, jo.Group); err != nil {
+			return nil, err
+		}
+	}
+	var before metrics
+	if m.through {
+		if before, err = b.proxy.scrape(); err != nil {
+			return nil, err
+		}
+	}
+	jr, err := c.run(ctx, jo)
+	if err != nil {
+		return nil, err
+	}
+	r := &pipelineResult{Mode: mode, Batch: jo.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: c.language,
+		Records: jr.Records, Transactions: jr.Transactions, Aborts: jr.Aborts, Seconds: jr.Seconds, RecordsSec: jr.RecordsSec, EndTxnP50Ms: jr.CommitP50Ms, Budget: jr.Budget}
+	if r.Budget == nil {
+		r.Budget = map[string]budgetItem{}
+	}
+	if m.through {
+		if after, err := b.proxy.scrape(); err == nil {
+			proxyBudget(r.Budget, before, after, r.Transactions)
+		}
+	}
+	if r.Transactions > 0 {
+		r.AvgBatch = float64(r.Records) / float64(r.Transactions)
+	}
+	if !exactlyOnce(mode) {
+		return r, nil
+	}
+	return r, verify(ctx, b.direct, jo.Out, r)
+}

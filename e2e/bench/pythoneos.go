@@ -20,9 +20,11 @@ import (
 // in python/venv.sh's virtual environment. Its RESULT line is EosBench's (parseEosResult).
 
 const (
-	modePyShareEOS = "python-share-eos"
-	modePyGroupEOS = "python-group-eos"
-	pythonEOSBench = "e2e/bench/python/eos_bench.py"
+	modePyShareEOS       = "python-share-eos"
+	modePyGroupEOS       = "python-group-eos"
+	modePyShareTxn       = "python-share-txn"
+	modePyShareTxnDirect = "python-share-txn-direct"
+	pythonEOSBench       = "e2e/bench/python/eos_bench.py"
 )
 
 var pythonApps struct {
@@ -70,15 +72,15 @@ func (b *bench) pythonEOS(ctx context.Context) {
 		b.fail("pipeline input", err)
 		return
 	}
-	b.progress("python exactly-once: %d round(s) of ShareConsumer + sharetx.Producer (through sharetx) and Consumer + send_offsets_to_transaction (direct), transactions of %v, one process each, up to %d records or %s",
+	b.progress("python exactly-once: %d round(s) of ShareConsumer + sharetx.Producer (through sharetx), Consumer + send_offsets_to_transaction (direct) and ShareConsumer + Kafka transactions alone (through sharetx and direct, ACCEPTs after the commit), transactions of %v, one process each, up to %d records or %s",
 		o.Rounds, o.PythonEOSBatches, o.PipelineRecords, o.PythonEOSDur)
 	for round := 0; round < o.Rounds; round++ {
 		for _, batch := range o.PythonEOSBatches {
-			for _, mode := range rotated([]string{modePyShareEOS, modePyGroupEOS}, round) {
+			for _, mode := range rotated([]string{modePyShareEOS, modePyGroupEOS, modePyShareTxn, modePyShareTxnDirect}, round) {
 				if ctx.Err() != nil {
 					return
 				}
-				r, err := b.pythonRun(ctx, mode, in, batch, round)
+				r, err := b.clientEOSRun(ctx, pythonEOSClient, mode, in, batch, round)
 				if err != nil {
 					b.fail(fmt.Sprintf("python %s batch %d round %d", mode, batch, round+1), err)
 					continue
@@ -88,44 +90,4 @@ func (b *bench) pythonEOS(ctx context.Context) {
 			}
 		}
 	}
-}
-
-func (b *bench) pythonRun(ctx context.Context, mode, in string, batch, round int) (*pipelineResult, error) {
-	n, out, err := b.runOutput(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer b.dropTopic(out)
-	po := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: out,
-		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
-		Batch: batch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.PythonEOSDur}
-	if mode == modePyGroupEOS {
-		po.Mode, po.Bootstrap = "group", b.direct
-	} else if err := shareFromEarliest(ctx, b.admin, po.Group); err != nil {
-		return nil, err
-	}
-	var before metrics
-	if po.Mode == "share" {
-		if before, err = b.proxy.scrape(); err != nil {
-			return nil, err
-		}
-	}
-	pr, err := runPythonEOS(ctx, po)
-	if err != nil {
-		return nil, err
-	}
-	r := &pipelineResult{Mode: mode, Batch: po.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: "python",
-		Records: pr.Records, Transactions: pr.Transactions, Aborts: pr.Aborts, Seconds: pr.Seconds, RecordsSec: pr.RecordsSec, EndTxnP50Ms: pr.CommitP50Ms, Budget: pr.Budget}
-	if r.Budget == nil {
-		r.Budget = map[string]budgetItem{}
-	}
-	if po.Mode == "share" {
-		if after, err := b.proxy.scrape(); err == nil {
-			proxyBudget(r.Budget, before, after, r.Transactions)
-		}
-	}
-	if r.Transactions > 0 {
-		r.AvgBatch = float64(r.Records) / float64(r.Transactions)
-	}
-	return r, verify(ctx, b.direct, po.Out, r)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -117,28 +118,17 @@ func computeGoals(r *Results) []goal {
 	s := spread{}
 	var g goal
 
-	// 1b. Java: KafkaShareConsumer + SharetxProducer through sharetx
-	// against KafkaConsumer + sendOffsetsToTransaction, and its commit
-	// p99 against the consumer group's.
-	for _, batch := range r.Options.JavaEOSBatches {
-		js, jg := runKey{Mode: modeJavaShareEOS, Batch: batch}, runKey{Mode: modeJavaGroupEOS, Batch: batch}
-		s = ratioSpread(r.JavaEOS, js, jg)
-		g = mkGoal(fmt.Sprintf("java_share_eos_vs_group_eos_at_%d", batch), s.Median*100, 100, "%", true, "no Java exactly-once rounds of both modes")
-		if s.N > 0 {
-			addContext(&g, "median of %d rounds of KafkaShareConsumer + SharetxProducer (through sharetx) / KafkaConsumer + sendOffsetsToTransaction (direct), one JVM each, transactions of %d: %s; records/s %s against %s",
-				s.N, batch, s.format(pct0), rateSpread(r.JavaEOS, js).format(f0), rateSpread(r.JavaEOS, jg).format(f0))
-			judged(&g, s, 100)
-		}
-		gs = append(gs, g)
-		s = ratioSpread2(r.JavaEOS, js, jg, javaCommitP99)
-		g = mkGoal(fmt.Sprintf("java_commit_p99_vs_group_eos_at_%d", batch), s.Median, 1.2, "x", false, "no Java exactly-once rounds of both modes")
-		if s.N > 0 {
-			addContext(&g, "commitTransaction p99, transactions of %d, median of %d rounds: %s ms through sharetx against %s ms for the consumer group; ratio %s",
-				batch, s.N, f2(fieldSpread(r.JavaEOS, js, javaCommitP99).Median), f2(fieldSpread(r.JavaEOS, jg, javaCommitP99).Median), s.format(times1))
-			judged(&g, s, 1)
-		}
-		gs = append(gs, g)
-	}
+	// 1b. Java and Python: the share consumer + the sharetx producer
+	// through sharetx against the consumer group's EOS, and its commit p99
+	// against the consumer group's.
+	gs = append(gs, clientEOSGoals("java", "one JVM each", r.JavaEOS, r.Options.JavaEOSBatches, clientEOSModes{
+		share: modeJavaShareEOS, group: modeJavaGroupEOS, txn: modeJavaShareTxn, txnDirect: modeJavaShareTxnDirect,
+		shareName: "KafkaShareConsumer + SharetxProducer (through sharetx)", groupName: "KafkaConsumer + sendOffsetsToTransaction (direct)",
+		txnName: "the stock KafkaShareConsumer with Kafka transactions alone"})...)
+	gs = append(gs, clientEOSGoals("python", "one process each", r.PythonEOS, r.Options.PythonEOSBatches, clientEOSModes{
+		share: modePyShareEOS, group: modePyGroupEOS, txn: modePyShareTxn, txnDirect: modePyShareTxnDirect,
+		shareName: "confluent-kafka's ShareConsumer + sharetx.Producer (through sharetx)", groupName: "Consumer + send_offsets_to_transaction (direct)",
+		txnName: "confluent-kafka's ShareConsumer with Kafka transactions alone"})...)
 
 	// 2. Past the partition count: 8 workers on 1 partition.
 	s = ratioSpread(r.Scaling, runKey{Mode: modeTxn, Workers: 8, Par: 1}, runKey{Mode: modeGroupEOS, Workers: 8, Par: 1})
@@ -424,4 +414,39 @@ func scrubNaN(v reflect.Value) {
 			v.SetFloat(0)
 		}
 	}
+}
+
+// clientEOSGoals are one language's goals of the exactly-once comparison at
+// each size: records/s against the consumer group's EOS (>= 100 %) and the
+// commit p99 against the consumer group's (<= 1.2x), with the share
+// consumer's own ceiling (transactions alone, direct) and pass-through's
+// share (transactions alone through sharetx) in the context.
+func clientEOSGoals(lang, procs string, runs []*pipelineResult, batches []int, m clientEOSModes) []goal {
+	var gs []goal
+	none := fmt.Sprintf("no %s exactly-once rounds of both modes", strings.ToUpper(lang[:1])+lang[1:])
+	for _, batch := range batches {
+		ks, kg := runKey{Mode: m.share, Batch: batch}, runKey{Mode: m.group, Batch: batch}
+		s := ratioSpread(runs, ks, kg)
+		g := mkGoal(fmt.Sprintf("%s_share_eos_vs_group_eos_at_%d", lang, batch), s.Median*100, 100, "%", true, none)
+		if s.N > 0 {
+			addContext(&g, "median of %d rounds of %s / %s, %s, transactions of %d: %s; records/s %s against %s",
+				s.N, m.shareName, m.groupName, procs, batch, s.format(pct0), rateSpread(runs, ks).format(f0), rateSpread(runs, kg).format(f0))
+			judged(&g, s, 100)
+			kt, kd := runKey{Mode: m.txn, Batch: batch}, runKey{Mode: m.txnDirect, Batch: batch}
+			if c := ratioSpread(runs, kd, kg); c.N > 0 {
+				addContext(&g, "%s (direct, no sharetx, ACCEPTs after the commit, at-least-once) reaches %s of the consumer group's records/s at %d: the ceiling of any share-group EOS on this consumer; through sharetx (pass-through only) %s of that; sharetx's exactly-once %s of the pass-through",
+					m.txnName, c.format(pct0), batch, ratioSpread(runs, kt, kd).format(pct0), ratioSpread(runs, ks, kt).format(pct0))
+			}
+		}
+		gs = append(gs, g)
+		s = ratioSpread2(runs, ks, kg, javaCommitP99)
+		g = mkGoal(fmt.Sprintf("%s_commit_p99_vs_group_eos_at_%d", lang, batch), s.Median, 1.2, "x", false, none)
+		if s.N > 0 {
+			addContext(&g, "commit p99, transactions of %d, median of %d rounds: %s ms through sharetx against %s ms for the consumer group; ratio %s",
+				batch, s.N, f2(fieldSpread(runs, ks, javaCommitP99).Median), f2(fieldSpread(runs, kg, javaCommitP99).Median), s.format(times1))
+			judged(&g, s, 1)
+		}
+		gs = append(gs, g)
+	}
+	return gs
 }

@@ -591,11 +591,17 @@ func describeRun(r *pipelineResult) string {
 	return s + txnDetail(r)
 }
 
-// The Java exactly-once modes: KafkaShareConsumer + SharetxProducer through
-// the proxy, and KafkaConsumer + sendOffsetsToTransaction direct.
+// The Java modes: KafkaShareConsumer + SharetxProducer through the proxy,
+// KafkaConsumer + sendOffsetsToTransaction direct (the two exactly-once
+// ones), and the same KafkaShareConsumer with Kafka transactions alone, its
+// ACCEPTs after the commit (at-least-once), through the proxy (what
+// pass-through costs the pattern) and direct (what the stock share consumer
+// reaches with no sharetx in the path: the ceiling of the first).
 const (
-	modeJavaShareEOS = "java-share-eos"
-	modeJavaGroupEOS = "java-group-eos"
+	modeJavaShareEOS       = "java-share-eos"
+	modeJavaGroupEOS       = "java-group-eos"
+	modeJavaShareTxn       = "java-share-txn"
+	modeJavaShareTxnDirect = "java-share-txn-direct"
 )
 
 // javaEOS runs the Java consume-transform-produce through sharetx against
@@ -608,15 +614,15 @@ func (b *bench) javaEOS(ctx context.Context) {
 		b.fail("pipeline input", err)
 		return
 	}
-	b.progress("java exactly-once: %d round(s) of KafkaShareConsumer + SharetxProducer (through sharetx) and KafkaConsumer + sendOffsetsToTransaction (direct), transactions of %v, one JVM each, up to %d records or %s",
+	b.progress("java exactly-once: %d round(s) of KafkaShareConsumer + SharetxProducer (through sharetx), KafkaConsumer + sendOffsetsToTransaction (direct) and KafkaShareConsumer + Kafka transactions alone (through sharetx and direct, ACCEPTs after the commit), transactions of %v, one JVM each, up to %d records or %s",
 		o.Rounds, o.JavaEOSBatches, o.PipelineRecords, o.JavaEOSDur)
 	for round := 0; round < o.Rounds; round++ {
 		for _, batch := range o.JavaEOSBatches {
-			for _, mode := range rotated([]string{modeJavaShareEOS, modeJavaGroupEOS}, round) {
+			for _, mode := range rotated([]string{modeJavaShareEOS, modeJavaGroupEOS, modeJavaShareTxn, modeJavaShareTxnDirect}, round) {
 				if ctx.Err() != nil {
 					return
 				}
-				r, err := b.javaRun(ctx, mode, in, batch, round)
+				r, err := b.clientEOSRun(ctx, javaEOSClient, mode, in, batch, round)
 				if err != nil {
 					b.fail(fmt.Sprintf("java %s batch %d round %d", mode, batch, round+1), err)
 					continue
@@ -626,46 +632,6 @@ func (b *bench) javaEOS(ctx context.Context) {
 			}
 		}
 	}
-}
-
-func (b *bench) javaRun(ctx context.Context, mode, in string, batch, round int) (*pipelineResult, error) {
-	n, out, err := b.runOutput(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer b.dropTopic(out)
-	jo := javaEOSOpts{Mode: "share", Bootstrap: b.proxy.bootstrap, In: in, Out: out,
-		Group: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n), TxnID: fmt.Sprintf("bench-%s-%s-%d", mode, b.suffix, n),
-		Batch: batch, Target: int64(b.o.PipelineRecords), MaxDur: b.o.JavaEOSDur}
-	if mode == modeJavaGroupEOS {
-		jo.Mode, jo.Bootstrap = "group", b.direct
-	} else if err := shareFromEarliest(ctx, b.admin, jo.Group); err != nil {
-		return nil, err
-	}
-	var before metrics
-	if jo.Mode == "share" {
-		if before, err = b.proxy.scrape(); err != nil {
-			return nil, err
-		}
-	}
-	jr, err := runJavaEOS(ctx, jo)
-	if err != nil {
-		return nil, err
-	}
-	r := &pipelineResult{Mode: mode, Batch: jo.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: "java",
-		Records: jr.Records, Transactions: jr.Transactions, Aborts: jr.Aborts, Seconds: jr.Seconds, RecordsSec: jr.RecordsSec, EndTxnP50Ms: jr.CommitP50Ms, Budget: jr.Budget}
-	if r.Budget == nil {
-		r.Budget = map[string]budgetItem{}
-	}
-	if jo.Mode == "share" {
-		if after, err := b.proxy.scrape(); err == nil {
-			proxyBudget(r.Budget, before, after, r.Transactions)
-		}
-	}
-	if r.Transactions > 0 {
-		r.AvgBatch = float64(r.Records) / float64(r.Transactions)
-	}
-	return r, verify(ctx, b.direct, jo.Out, r)
 }
 
 // scaling runs share-group EOS through sharetx against consumer-group EOS

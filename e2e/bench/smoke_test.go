@@ -82,8 +82,10 @@ func TestBenchOnCluster(t *testing.T) {
 		}
 	}
 	if java {
-		if n := count(res.JavaEOS, modeJavaShareEOS) + count(res.JavaEOS, modeJavaGroupEOS); n != 2 {
-			t.Errorf("java-eos: %d runs, want 2", n)
+		for _, m := range []string{modeJavaShareEOS, modeJavaGroupEOS, modeJavaShareTxn, modeJavaShareTxnDirect} {
+			if n := count(res.JavaEOS, m); n != 1 {
+				t.Errorf("java-eos: %d runs of %s, want 1", n, m)
+			}
 		}
 	}
 	// The time budget is measured for every run: the loop's phases, the

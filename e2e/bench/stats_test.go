@@ -66,6 +66,15 @@ func TestGoalsFromRounds(t *testing.T) {
 		// (median 65 %: missed), commit p99 10/20 (0.5×: met).
 		{Mode: modeJavaShareEOS, Batch: 100, Round: 0, RecordsSec: 60, Budget: p99(10)}, {Mode: modeJavaGroupEOS, Batch: 100, Round: 0, RecordsSec: 100, Budget: p99(20)},
 		{Mode: modeJavaShareEOS, Batch: 100, Round: 1, RecordsSec: 70, Budget: p99(10)}, {Mode: modeJavaGroupEOS, Batch: 100, Round: 1, RecordsSec: 100, Budget: p99(20)}}
+	// Java at 1000: transactions alone direct 120 and 100 (120 % and 100 %
+	// of the group: the ceiling), through sharetx 96 and 90 (80 % and 90 %
+	// of direct), sharetx's EOS 90/96 and 110/90.
+	r.JavaEOS = append(r.JavaEOS, &pipelineResult{Mode: modeJavaShareTxnDirect, Batch: 1000, Round: 0, RecordsSec: 120}, &pipelineResult{Mode: modeJavaShareTxnDirect, Batch: 1000, Round: 1, RecordsSec: 100},
+		&pipelineResult{Mode: modeJavaShareTxn, Batch: 1000, Round: 0, RecordsSec: 96}, &pipelineResult{Mode: modeJavaShareTxn, Batch: 1000, Round: 1, RecordsSec: 90})
+	// Python, its own goals: 50/100 and 70/100 at 100 (median 60 %).
+	r.Options.PythonEOSBatches = []int{100}
+	r.PythonEOS = []*pipelineResult{{Mode: modePyShareEOS, Batch: 100, Round: 0, RecordsSec: 50, Budget: p99(10)}, {Mode: modePyGroupEOS, Batch: 100, Round: 0, RecordsSec: 100, Budget: p99(20)},
+		{Mode: modePyShareEOS, Batch: 100, Round: 1, RecordsSec: 70, Budget: p99(10)}, {Mode: modePyGroupEOS, Batch: 100, Round: 1, RecordsSec: 100, Budget: p99(20)}}
 	r.Scaling = []*pipelineResult{{Mode: modeTxn, Workers: 8, Partitions: 1, RecordsSec: 3500}, {Mode: modeGroupEOS, Workers: 8, Partitions: 1, RecordsSec: 500}}
 	gs := computeGoals(r)
 	find := func(name string) goal {
@@ -96,6 +105,16 @@ func TestGoalsFromRounds(t *testing.T) {
 	// 20/20 (median 1.25×: missed).
 	if g := find("java_share_eos_vs_group_eos_at_1000"); !g.Valid || math.Abs(g.Measured-100) > 1e-9 || !g.Met {
 		t.Fatalf("java: %+v", g)
+	}
+	if c := find("java_share_eos_vs_group_eos_at_1000").Context; !strings.Contains(c, "reaches 110% [100%–120%] of the consumer group's") ||
+		!strings.Contains(c, "(pass-through only) 85% [80%–90%] of that") || !strings.Contains(c, "exactly-once 108% [94%–122%] of the pass-through") {
+		t.Errorf("java at 1000: no split of the gap: %s", c)
+	}
+	if g := find("python_share_eos_vs_group_eos_at_100"); !g.Valid || math.Abs(g.Measured-60) > 1e-9 || g.Met {
+		t.Fatalf("python at 100: %+v", g)
+	}
+	if g := find("python_commit_p99_vs_group_eos_at_100"); !g.Valid || math.Abs(g.Measured-0.5) > 1e-9 || !g.Met {
+		t.Fatalf("python commit p99 at 100: %+v", g)
 	}
 	if g := find("java_commit_p99_vs_group_eos_at_1000"); !g.Valid || math.Abs(g.Measured-1.25) > 1e-9 || g.Met {
 		t.Fatalf("java commit p99: %+v", g)

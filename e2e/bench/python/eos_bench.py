@@ -10,8 +10,11 @@ input's value, keyed "partition:offset", the id the bench's exactly-once check c
 - --mode group: confluent-kafka's own consumer-group exactly-once, direct: a Consumer
   (read_committed, no auto-commit, consume(--batch)) and a transactional Producer with
   send_offsets_to_transaction(position, consumer_group_metadata()).
+- --mode share-txn: the same ShareConsumer and a transactional confluent-kafka Producer, direct, the
+  ACCEPTs after the commit: Kafka transactions alone, at-least-once, what the share consumer and the
+  broker do with no sharetx in the path (the twin of the Go bench's kafka-txn direct).
 
-Flags: --mode share|group --bootstrap --in --out --group --transactional-id --batch (1000) --target
+Flags: --mode share|group|share-txn --bootstrap --in --out --group --transactional-id --batch (1000) --target
 (stop once that many inputs are committed) --max-seconds (or that long after the first record).
 Prints one line on stdout at the end, as EosBench:
 RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. commit_p50_ms=..
@@ -44,6 +47,8 @@ class Result:
         out = "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f" % (
             mode, self.records, self.transactions, self.aborts, secs, self.records / secs)
         for k, v in self.ms.items():
+            if not v:
+                continue  # a phase the mode has not (share-txn stages nothing)
             s = sorted(v)
             out += " %s_p50_ms=%.3f %s_p99_ms=%.3f" % (k, quantile(s, 0.5), k, quantile(s, 0.99))
         return out
@@ -148,6 +153,32 @@ def share(a: argparse.Namespace) -> Result:
     return r
 
 
+def share_txn(a: argparse.Namespace) -> Result:
+    """Kafka transactions alone with the share consumer, direct: the outputs in a transaction, the
+    inputs ACCEPTed after it committed (at-least-once: a crash between the two redelivers)."""
+    r = Result()
+    consumer = sharetx.new_share_consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group})
+    producer = Producer(producer_config(a))
+    try:
+        consumer.subscribe([a.input])
+        producer.init_transactions(60)
+
+        def commit(msgs: List[Any]) -> None:
+            producer.begin_transaction()
+            r.timed("send", lambda: produce_all(producer, a.output, msgs))
+            r.timed("commit", lambda: producer.commit_transaction(60))
+            sharetx.acknowledge_handed_over(consumer, msgs)
+
+        def abort(msgs: List[Any]) -> None:
+            producer.abort_transaction(60)
+            sharetx.release_for_redelivery(consumer, msgs)
+
+        loop(a, r, lambda: [m for m in consumer.poll(1.0) if m.error() is None], commit, abort)
+    finally:
+        consumer.close()
+    return r
+
+
 def group(a: argparse.Namespace) -> Result:
     """Consumer-group exactly-once, direct: send_offsets_to_transaction."""
     r = Result()
@@ -184,7 +215,7 @@ def group(a: argparse.Namespace) -> Result:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="eos_bench.py", allow_abbrev=False)
-    p.add_argument("--mode", default="share", choices=["share", "group"])
+    p.add_argument("--mode", default="share", choices=["share", "group", "share-txn"])
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--in", dest="input", required=True)
     p.add_argument("--out", dest="output", required=True)
@@ -195,7 +226,7 @@ def main() -> int:
     p.add_argument("--max-seconds", dest="max_seconds", type=float, default=10.0)
     a = p.parse_args()
     try:
-        r = share(a) if a.mode == "share" else group(a)
+        r = {"share": share, "group": group, "share-txn": share_txn}[a.mode](a)
     except Exception as e:  # noqa: BLE001 - reported as the run's ERROR line
         print("ERROR %s" % str(e).replace("\n", " "), flush=True)
         return 1
