@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -73,26 +74,49 @@ func topicIDs(t *testing.T, p *Producer, topics ...string) map[string][16]byte {
 // touches reads the committed records of the shadow topic.
 func touches(t *testing.T, c *kfake.Cluster) []*kgo.Record {
 	t.Helper()
+	// Read the shadow topic to its last stable offsets, not for a fixed
+	// time: a slow machine (the race detector beside a real-broker run)
+	// must not turn "not read yet" into "not committed".
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(c.ListenAddrs()...),
 		kgo.ConsumeTopics(defaultShadowTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var out []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for {
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, defaultShadowTopic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("the shadow topic's last stable offsets: %v", err)
+	}
+	next := map[int32]int64{} // per partition: the offset after the last record read
+	behind := func() bool {
+		b := false
+		ends.Each(func(o kadm.ListedOffset) { b = b || next[o.Partition] < o.Offset })
+		return b
+	}
+	var out []*kgo.Record
+	for behind() {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return out
+			t.Fatalf("the shadow topic not read to its last stable offsets %v within 30s: read up to %v", ends.Offsets(), next)
 		}
-		out = append(out, fs.Records()...)
+		fs.EachRecord(func(r *kgo.Record) {
+			next[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
 	}
+	return out
 }
 
 func TestNotAdvertised(t *testing.T) {
