@@ -34,6 +34,7 @@ func (c *fakeConn) StartInject(kmsg.Request) (func(context.Context) (kmsg.Respon
 func (c *fakeConn) Done() <-chan struct{} { return c.done }
 func (c *fakeConn) Principal() string     { return c.principal }
 func (c *fakeConn) Authenticating() bool  { return false }
+func (c *fakeConn) FlushUpstream()        {}
 
 // fakeContext is a filter context whose side channel has no cluster behind
 // it yet (upstream.ErrNoSideChannel, as before the transport's Start).

@@ -43,6 +43,37 @@ import (
 // for headers a producer interceptor adds (tracing).
 const maxTouchBytes = 4096
 
+// A relayed touch the broker answers with a retriable error of the
+// transaction's verification is sent again by the proxy: at most
+// touchRetries times, touchRetryFirst apart at first, doubling to
+// touchRetryMax.
+const (
+	touchRetries    = 8
+	touchRetryFirst = 2 * time.Millisecond
+	touchRetryMax   = 20 * time.Millisecond
+	// touchIdleWait bounds the wait for the transaction's Produce requests
+	// in flight before a touch is relayed.
+	touchIdleWait = time.Second
+)
+
+// relayCode is the error code of the relayed touch's partition (there is
+// one), or -1 if the answer has none.
+func relayCode(resp *kmsg.ProduceResponse) int16 {
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			return p.ErrorCode
+		}
+	}
+	return -1
+}
+
+// touchRetriable: the errors a broker gives a transactional write whose
+// verification with the coordinator met another request of the same
+// transaction or its previous transaction's end.
+func touchRetriable(code int16) bool {
+	return code == kerr.NotEnoughReplicas.Code || code == kerr.ConcurrentTransactions.Code || code == kerr.NetworkException.Code
+}
+
 // touchSplit is a Produce request split between the client's connection
 // (rest), the proxy's own (the touch, relayed) and the proxy's answer (the
 // refused partitions of the shadow topic).
@@ -119,17 +150,58 @@ func (e *KIP1289) shadowWrites(r *proxy.Request, t produceTxnState, isTxn bool) 
 		relay.Topics = []kmsg.ProduceRequestTopic{rt}
 		node := r.Conn.Node()
 		side := e.side
-		go func() {
+		relayTouch := func() { // on the proxy's connection, the answer to sp.relayed
 			ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second+time.Duration(req.TimeoutMillis)*time.Millisecond)
 			defer cancel()
-			resp, err := side(ctx, node, relay)
-			out, _ := resp.(*kmsg.ProduceResponse)
-			if err != nil || out == nil {
-				e.log.Info("relaying a touch record to the shadow topic failed", "txn", t.txnID, "err", err)
-				out = nil
+			var out *kmsg.ProduceResponse
+			for try, wait := 0, touchRetryFirst; ; try, wait = try+1, min(2*wait, touchRetryMax) {
+				resp, err := side(ctx, node, relay)
+				out, _ = resp.(*kmsg.ProduceResponse)
+				if err != nil || out == nil {
+					e.log.Info("relaying a touch record to the shadow topic failed", "txn", t.txnID, "err", err)
+					out = nil
+					break
+				}
+				code := relayCode(out)
+				if try+1 >= touchRetries || !touchRetriable(code) {
+					break
+				}
+				// The broker's verification of the write with the
+				// transaction coordinator met another of the transaction
+				// (NOT_ENOUGH_REPLICAS, CONCURRENT_TRANSACTIONS): the same
+				// batch again soon (the broker deduplicates it by its
+				// sequence), rather than the client after its own back-off
+				// (librdkafka's retry.backoff.ms, 100 ms).
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+				if ctx.Err() != nil {
+					break
+				}
 			}
 			sp.relayed <- out
-		}()
+		}
+		// Before the rest of the request, and once no other Produce of the
+		// transaction is in flight through the proxy: the broker verifies
+		// a transaction's first write to a partition with its coordinator,
+		// and of two verifications of one transactional id pending at once
+		// it fails the older with a retriable error (NOT_ENOUGH_REPLICAS),
+		// which librdkafka retries after retry.backoff.ms, 100 ms. The
+		// touch goes on the proxy's connection, the client's outputs on
+		// its own: sent together, every fifth touch of confluent-kafka's
+		// producer met it, on the touch or on the outputs. One round trip
+		// on this connection's read loop instead, once per call.
+		if isTxn {
+			if idle := e.produces.idleOf(t.txnID, t.producerID, t.epoch); idle != nil {
+				r.Conn.FlushUpstream() // they may wait behind this one, unsent
+				select {
+				case <-idle:
+				case <-time.After(touchIdleWait):
+				}
+			}
+		}
+		relayTouch()
 	}
 	if len(req.Topics) == 0 {
 		return &proxy.Action{Async: func() kmsg.Response {

@@ -11,6 +11,9 @@ import (
 	"io"
 )
 
+// FlushUpstream: Conn's.
+func (c *conn) FlushUpstream() { c.flushUp() }
+
 // flushUp writes out requests buffered for upstream.
 func (c *conn) flushUp() {
 	c.wmu.Lock()

@@ -49,6 +49,10 @@ type Conn interface {
 	// Authenticating reports whether a SASL exchange started on the
 	// connection and has not completed.
 	Authenticating() bool
+	// FlushUpstream writes out the client's earlier requests, which the
+	// transport may hold back while more of a pipelined burst is read: a
+	// hook that waits for their answers calls it first.
+	FlushUpstream()
 }
 
 // Request is a client request as a hook sees it.
