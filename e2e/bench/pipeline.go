@@ -108,11 +108,13 @@ type pipelineOpts struct {
 	// processes in one transaction.
 	defaults bool
 	// strict: the broker hands a worker at most batch records per fetch
-	// and the consumer does not fetch ahead (kgo.ShareMaxRecordsStrict):
-	// otherwise a fetch acquires whole record batches (1000 records of the
-	// bench's input), and with many workers a few of them hold the share
-	// partition's in-flight limit (group.share.partition.max.record.locks)
-	// while the others wait.
+	// and the consumer does not fetch ahead (kgo.ShareMaxRecordsStrict,
+	// ShareFetch's record_limit acquire mode). The pipeline comparisons set
+	// it so that a transaction holds batch records as the consumer group's
+	// does (otherwise a fetch acquires whole record batches: transactions of
+	// ~524 records at batch 1000); the scaling runs because without it a
+	// few workers held the share partition's in-flight limit
+	// (group.share.partition.max.record.locks) while the others waited.
 	strict bool
 	// stop, if set, ends the run when it returns true (checked per poll).
 	stop func() bool

@@ -564,8 +564,12 @@ func (b *bench) pipelines(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
+				// strict: transactions of batch records, as the consumer
+				// group's (PollRecords(batch) caps its polls): without it
+				// a share fetch acquires whole record batches and the
+				// transactions at 1000 held ~524 records (docs/benchmarks.md).
 				r, err := b.pipelineRun(ctx, pipelineOpts{mode: mode, in: in, batch: batch, workers: o.PipelineWorkers, partitions: o.Partitions,
-					target: int64(o.PipelineRecords), maxDur: o.PipelineDur}, round)
+					target: int64(o.PipelineRecords), maxDur: o.PipelineDur, strict: true}, round)
 				if err != nil {
 					b.fail(fmt.Sprintf("pipeline %s batch %d round %d", mode, batch, round+1), err)
 					continue
