@@ -224,7 +224,7 @@ deploy-check:
 # KafkaConsumer + sendOffsetsToTransaction; TxnShareAcknowledge and
 # commit→applied latency. Prints tables and GOAL lines (reported, never
 # asserted), writes bench-results/bench.json, bench.png and
-# bench-scaling.png. About 14 minutes on 2 cores; bench-quick about 5;
+# bench-scaling.png. About 20 minutes on 2 cores; bench-quick about 5;
 # bench-pin runs the pass-through rounds with the proxy on a CPU of its own
 # (the only fair judge of pass-through on 2 cores). More flags:
 # BENCH_FLAGS='--rounds 5 --skip-java --parts pipelines,scaling'. It
