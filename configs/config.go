@@ -79,6 +79,12 @@ type KIP1289 struct {
 	// staged or committed and not yet applied. Match the producers'
 	// transaction timeout.
 	CloseHold time.Duration `yaml:"close_hold"`
+	// AckRideWait is how long the acknowledgements of a committed
+	// transaction (and the releases of an aborted one) wait for the
+	// member's next ShareFetch to carry them, instead of a ShareAcknowledge
+	// of the proxy's own that the member's next request would wait behind.
+	// 0: always on their own.
+	AckRideWait time.Duration `yaml:"ack_ride_wait"`
 	// RecoveryLookback is how far back in the shadow topic a starting proxy
 	// reads (by record timestamp) to learn which acknowledgements are staged
 	// or committed, so it can screen redelivered records. A committed
@@ -282,6 +288,7 @@ func Default() Config {
 			MaxPendingRecords:     1_000_000,
 			ClientAcks:            "absorb",
 			CloseHold:             time.Minute,
+			AckRideWait:           5 * time.Millisecond,
 			RecoveryLookback:      time.Hour,
 			LearnOwnerFromProduce: true,
 			NotReadyRetryFor:      15 * time.Second,
@@ -609,6 +616,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.CloseHold < 0 {
 		return errorf("kip1289.close_hold", "must not be negative (0: do not hold)")
+	}
+	if w := c.KIP1289.AckRideWait; w < 0 || w > time.Second {
+		return errorf("kip1289.ack_ride_wait", "%v is outside 0..1s (0: the proxy's acknowledgements never wait for the member's next fetch)", w)
 	}
 	if c.KIP1289.MaxOffsetsPerCall < 1 || c.KIP1289.MaxOffsetsPerCall > 1<<24 {
 		return errorf("kip1289.max_offsets_per_call", "%d is outside 1..16777216", c.KIP1289.MaxOffsetsPerCall)

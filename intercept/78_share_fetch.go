@@ -25,6 +25,7 @@ type shareState struct {
 	inStep        bool   // the client's epoch followed the session's: an epoch error is the proxy's
 	held          map[[16]byte]map[int32]bool
 	plans         []*staging.AckPlan // applied once the broker accepted the acknowledgements
+	rider         *upstream.Rider    // the proxy's acknowledgements this ShareFetch carries (fetch_ride.go)
 }
 
 // applyPlans applies the plans of the partitions whose acknowledgement the
@@ -58,9 +59,15 @@ func (st *shareState) sessionKey() upstream.SessionKey {
 // onSession translates the request's share-session epoch (epoch points
 // into req) and returns the action: the session stays locked until the
 // request is written, so epochs reach the broker in the order assigned.
-func (e *KIP1289) onSession(r *proxy.Request, st *shareState, epoch *int32, changed bool, req kmsg.Request) proxy.Action {
+// ride, when set, may add to req what waits to ride on the session
+// (fetch_ride.go) and reports whether it did; it runs with the session
+// locked.
+func (e *KIP1289) onSession(r *proxy.Request, st *shareState, epoch *int32, changed bool, req kmsg.Request, ride func(upstream.Step) bool) proxy.Action {
 	step := e.sessions.Get(st.sessionKey()).Begin(r.Conn, st.ident, *epoch, r.Version)
 	e.mSessionWait.Observe(step.Waited.Seconds())
+	if ride != nil && !step.Foreign && ride(step) {
+		changed = true
+	}
 	act := proxy.Action{Written: step.Written}
 	if step.Foreign {
 		st.foreign = true
@@ -163,13 +170,16 @@ func (e *KIP1289) shareFetchRequest(r *proxy.Request) (proxy.Action, *shareState
 			}
 		}
 	}
-	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req), st
+	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req, func(step upstream.Step) bool {
+		return e.takeRider(r, st, step, req)
+	}), st
 }
 
 func (e *KIP1289) shareFetchResponse(st *shareState, resp *kmsg.ShareFetchResponse) bool {
 	e.noteSessionError(resp.ErrorCode, st, "ShareFetch")
+	rode := answerRider(st, resp)
 	if st == nil || resp.ErrorCode != 0 {
-		return false
+		return rode
 	}
 	e.applyPlans(st, func(topic [16]byte, part int32) (int16, bool) {
 		for _, t := range resp.Topics {
@@ -185,7 +195,7 @@ func (e *KIP1289) shareFetchResponse(st *shareState, resp *kmsg.ShareFetchRespon
 	if lock <= 0 {
 		lock = 30 * time.Second
 	}
-	changed := e.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock)
+	changed := e.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock) || rode
 	reject := e.cfg.ClientAcks == "reject"
 	answered := map[[16]byte]map[int32]bool{}
 	for ti := range resp.Topics {

@@ -66,7 +66,7 @@ func (e *KIP1289) shareAcknowledgeRequest(r *proxy.Request) (proxy.Action, *shar
 	if req.ShareSessionEpoch == -1 && e.cfg.CloseHold > 0 && e.ledger.HeldFor(st.node, st.group, st.member) > 0 {
 		return e.holdClose(r, st, req), nil // answered by the proxy: no response comes from upstream
 	}
-	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req), st
+	return e.onSession(r, st, &req.ShareSessionEpoch, changed, req, nil), st
 }
 
 func (e *KIP1289) shareAcknowledgeResponse(st *shareState, resp *kmsg.ShareAcknowledgeResponse) bool {

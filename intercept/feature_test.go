@@ -163,7 +163,7 @@ func TestEpochErrorsCountOnlyTheProxys(t *testing.T) {
 		st := &shareState{node: 0, group: "g", member: "m", ident: ident}
 		req := kmsg.NewPtrShareFetchRequest()
 		req.ShareSessionEpoch = epoch
-		act := e.onSession(&proxy.Request{Conn: c, Key: req.Key(), Version: 1}, st, &req.ShareSessionEpoch, false, req)
+		act := e.onSession(&proxy.Request{Conn: c, Key: req.Key(), Version: 1}, st, &req.ShareSessionEpoch, false, req, nil)
 		if act.Written != nil {
 			act.Written()
 		}

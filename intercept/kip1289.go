@@ -123,6 +123,7 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 	ctx, cancel := context.WithCancel(context.Background())
 	sessions := upstream.NewSessions(ctx, side, log)
 	applier := upstream.NewApplier(sessions, log, reg)
+	applier.RideWait = cfg.AckRideWait
 	ledger := staging.NewLedger(cfg, log, reg, applier)
 	e := &KIP1289{
 		cfg: cfg, key: int16(cfg.APIKey), log: log, proxyID: id, requireAuth: requireAuth,

@@ -53,12 +53,17 @@ func (a Acks) Count() int {
 type Applier struct {
 	sessions *Sessions
 	log      *slog.Logger
+	// RideWait is how long acknowledgements wait for the member's next
+	// ShareFetch to ride in (Sessions.Ride) before they go in a
+	// ShareAcknowledge of their own; 0: always on their own. Set before use.
+	RideWait time.Duration
 
 	latency  prometheus.Histogram
 	failures *prometheus.CounterVec
 	renewals *prometheus.CounterVec
 	canRenew prometheus.Gauge
 	released prometheus.Counter
+	rides    *prometheus.CounterVec
 }
 
 // NewApplier builds the applier on sessions, its metrics registered in reg
@@ -76,9 +81,11 @@ func NewApplier(sessions *Sessions, log *slog.Logger, reg prometheus.Registerer)
 			Help: "1 when the cluster speaks ShareAcknowledge v2 (RENEW, Kafka 4.2+), so staged records' locks are kept alive; 0 when a transaction must end within the acquisition lock duration."}),
 		released: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "aborted_records_released_total",
 			Help: "Records of aborted transactions the proxy released upstream at once (AVAILABLE for redelivery), as a broker with KIP-1289 does."}),
+		rides: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "own_acknowledgements_total",
+			Help: "The proxy's own acknowledgement requests (a committed transaction's, an aborted one's releases) per member session, by how they went upstream: fetch (riding in the member's next ShareFetch), request (a ShareAcknowledge of the proxy's, which the member's next request waits behind)."}, []string{"path"}),
 	}
 	if reg != nil {
-		reg.MustRegister(a.latency, a.failures, a.renewals, a.canRenew, a.released)
+		reg.MustRegister(a.latency, a.failures, a.renewals, a.canRenew, a.released, a.rides)
 	}
 	return a
 }
@@ -86,23 +93,51 @@ func NewApplier(sessions *Sessions, log *slog.Logger, reg prometheus.Registerer)
 // Acknowledge sends acks on session k and waits for the broker's answer.
 // committed, when set, is when the transaction was seen committed (the
 // latency metric's start).
+//
+// With RideWait set they first wait that long for the member's next
+// ShareFetch to carry them (docs/design.md §6.4); when none does, or the
+// fetch that did was refused as a whole, they go in a ShareAcknowledge of
+// their own.
 func (a *Applier) Acknowledge(k SessionKey, acks Acks, committed time.Time) error {
-	resp, err := a.sessions.Send(k, ackRequest(k.Group, k.Member, acks))
-	if err != nil {
-		a.failures.WithLabelValues("session_unavailable").Inc()
-		return err
+	codes := map[TopicPartition]int16{}
+	rode := false
+	if a.RideWait > 0 {
+		if res, ok := a.sessions.Ride(k, acks, a.RideWait); ok && res.Err == nil {
+			codes, rode = res.Codes, true
+			a.rides.WithLabelValues("fetch").Inc()
+		} else if ok {
+			a.log.Debug("the ShareFetch carrying acknowledgements was refused or not answered; sending them on their own", "member", k.Member, "err", res.Err)
+		}
 	}
-	if resp.ErrorCode != 0 {
-		a.failures.WithLabelValues(ErrName(resp.ErrorCode)).Inc()
-		return kerr.ErrorForCode(resp.ErrorCode)
+	if !rode {
+		a.rides.WithLabelValues("request").Inc()
+		resp, err := a.sessions.Send(k, ackRequest(k.Group, k.Member, acks))
+		if err != nil {
+			a.failures.WithLabelValues("session_unavailable").Inc()
+			return err
+		}
+		if resp.ErrorCode != 0 {
+			a.failures.WithLabelValues(ErrName(resp.ErrorCode)).Inc()
+			return kerr.ErrorForCode(resp.ErrorCode)
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				codes[TopicPartition{t.TopicID, p.Partition}] = p.ErrorCode
+			}
+		}
 	}
 	var perr error
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if p.ErrorCode != 0 {
-				a.failures.WithLabelValues(ErrName(p.ErrorCode)).Inc()
-				perr = fmt.Errorf("partition %d: %w", p.Partition, kerr.ErrorForCode(p.ErrorCode))
-			}
+	for tp := range acks {
+		code, answered := codes[tp]
+		switch {
+		case !answered && rode:
+			// The broker lists every partition a ShareFetch acknowledged;
+			// one missing was not applied as far as the proxy can tell.
+			a.failures.WithLabelValues("not_answered").Inc()
+			perr = fmt.Errorf("partition %d: not in the answer of the fetch that carried it", tp.Partition)
+		case code != 0:
+			a.failures.WithLabelValues(ErrName(code)).Inc()
+			perr = fmt.Errorf("partition %d: %w", tp.Partition, kerr.ErrorForCode(code))
 		}
 	}
 	if perr == nil && !committed.IsZero() {

@@ -64,6 +64,38 @@ type Session struct {
 	ident    string       // the principal whose connection opened it
 	version  int16        // ShareAcknowledge version to send
 	inflight atomic.Int32 // client requests on the session still waiting for their response
+	rider    *Rider       // the proxy's acknowledgements waiting for the member's next ShareFetch
+	// fetching is the partitions in the session's fetch set as the
+	// client's ShareFetch requests made it (listed, not forgotten since): a
+	// rider rides only on those, as a partition a ShareFetch lists joins the
+	// set and would bring records the client did not ask for.
+	fetching map[TopicPartition]bool
+}
+
+// A Rider is acknowledgements of the proxy's own (a committed call's, an
+// aborted one's releases) waiting to ride in the member's next ShareFetch
+// on the session (docs/design.md §6.4): the broker applies them with that
+// fetch, so the fetch does not wait behind a request of the proxy's.
+type Rider struct {
+	Acks   Acks
+	conn   Conn // the connection whose ShareFetch carries it, once taken
+	result chan RideResult
+}
+
+// RideResult is the broker's answer to a rider: per partition, the
+// acknowledgement error code of the fetch that carried it. Err is set
+// when that fetch was refused as a whole (nothing was applied).
+type RideResult struct {
+	Codes map[TopicPartition]int16
+	Err   error
+}
+
+// Answer hands the rider the answer of the fetch that carried it.
+func (r *Rider) Answer(res RideResult) {
+	select {
+	case r.result <- res:
+	default:
+	}
 }
 
 // Sessions holds the share sessions of the members whose requests pass
@@ -118,6 +150,45 @@ type Step struct {
 func (st Step) Written() {
 	if st.held != nil {
 		st.held.mu.Unlock()
+	}
+}
+
+// TakeRider hands the caller, between Begin and Written, the
+// acknowledgements waiting to ride in this request, when can says the
+// request can carry them: the caller then adds them to the request and
+// answers the rider with the response. nil when there is none, the step is
+// Foreign, or the request opens or closes the session.
+func (st Step) TakeRider(conn Conn, can func(Acks) bool) *Rider {
+	s := st.held
+	if s == nil || s.rider == nil || st.Epoch <= 0 || !can(s.rider.Acks) {
+		return nil
+	}
+	for tp := range s.rider.Acks {
+		if !s.fetching[tp] {
+			return nil
+		}
+	}
+	r := s.rider
+	s.rider, r.conn = nil, conn
+	return r
+}
+
+// Fetching notes what a client ShareFetch does to the session's fetch set
+// (between Begin and Written): listed partitions join it, forgotten ones
+// leave it; a request that opens the session (epoch 0) starts it anew.
+func (st Step) Fetching(listed, forgotten []TopicPartition) {
+	s := st.held
+	if s == nil {
+		return
+	}
+	if st.Epoch == 0 || s.fetching == nil {
+		s.fetching = map[TopicPartition]bool{}
+	}
+	for _, tp := range listed {
+		s.fetching[tp] = true
+	}
+	for _, tp := range forgotten {
+		delete(s.fetching, tp)
 	}
 }
 
@@ -279,6 +350,65 @@ func (ss *Sessions) Prune() {
 			}
 		}
 	}
+}
+
+// Ride offers acks to the member's next ShareFetch on session k for up to
+// wait (docs/design.md §6.4) and returns the broker's answer to the fetch
+// that carried them. ok is false when they did not ride: the session has
+// a client request in flight (a request of the proxy's goes behind it on
+// the client's connection without holding the session), another rider
+// waits, or no ShareFetch came in time; the caller then sends them itself.
+func (ss *Sessions) Ride(k SessionKey, acks Acks, wait time.Duration) (res RideResult, ok bool) {
+	sess := ss.Get(k)
+	sess.mu.Lock()
+	if sess.conn == nil || sess.last < 0 || sess.rider != nil || sess.inflight.Load() > 0 {
+		sess.mu.Unlock()
+		return RideResult{}, false
+	}
+	r := &Rider{Acks: acks, result: make(chan RideResult, 1)}
+	sess.rider = r
+	sess.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case res := <-r.result:
+		return res, true
+	case <-timer.C:
+	case <-ss.ctx.Done():
+	}
+	sess.mu.Lock()
+	if sess.rider == r {
+		sess.rider = nil
+		sess.mu.Unlock()
+		return RideResult{}, false
+	}
+	conn := r.conn
+	sess.mu.Unlock()
+	// Taken by a fetch: its answer says what the broker did.
+	long := time.NewTimer(30 * time.Second)
+	defer long.Stop()
+	select {
+	case res := <-r.result:
+		return res, true
+	case <-conn.Done():
+	case <-ss.ctx.Done():
+	case <-long.C:
+	}
+	select {
+	case res := <-r.result:
+		return res, true
+	default:
+	}
+	return RideResult{Err: errors.New("the ShareFetch carrying the acknowledgements was not answered")}, true
+}
+
+// RiderWaiting reports whether acknowledgements wait on session k for the
+// member's next ShareFetch.
+func (ss *Sessions) RiderWaiting(k SessionKey) bool {
+	sess := ss.Get(k)
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.rider != nil
 }
 
 // Send sends req on the share session k with the session's next epoch,

@@ -1,0 +1,155 @@
+package intercept
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharetx/sharetx/kip1289"
+	"github.com/sharetx/sharetx/proxy"
+	"github.com/sharetx/sharetx/upstream"
+)
+
+// The proxy's own acknowledgements riding in the member's ShareFetch
+// (docs/design.md §6.4). A committed transaction's acknowledgements (an
+// aborted one's releases) wait a moment on the member's session
+// (upstream.Sessions.Ride); the member's next ShareFetch takes them as
+// acknowledgement batches of partitions it does not acknowledge itself, so
+// it does not wait behind a ShareAcknowledge of the proxy's. The broker
+// applies them before fetching and answers each partition's
+// AcknowledgeErrorCode; the proxy takes that answer for itself and the
+// client sees the fetch it sent.
+
+// takeRider notes the request's changes to the session's fetch set and
+// adds to req the acknowledgements waiting on the session, when it can
+// carry them: all their partitions are in the fetch set (listing another
+// would add it, and bring records the client did not ask for), and none is
+// acknowledged by the client's request (after what the proxy held back) or
+// forgotten by it. The session is locked (step).
+func (e *KIP1289) takeRider(r *proxy.Request, st *shareState, step upstream.Step, req *kmsg.ShareFetchRequest) bool {
+	var listed, forgotten []upstream.TopicPartition
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			listed = append(listed, upstream.TopicPartition{Topic: t.TopicID, Partition: p.Partition})
+		}
+	}
+	for _, t := range req.ForgottenTopicsData {
+		for _, p := range t.Partitions {
+			forgotten = append(forgotten, upstream.TopicPartition{Topic: t.TopicID, Partition: p})
+		}
+	}
+	step.Fetching(listed, forgotten)
+	rider := step.TakeRider(r.Conn, func(acks upstream.Acks) bool { return canCarry(req, acks) })
+	if rider == nil {
+		return false
+	}
+	st.rider = rider
+	for tp, offs := range rider.Acks {
+		ti := -1
+		for i := range req.Topics {
+			if req.Topics[i].TopicID == tp.Topic {
+				ti = i
+			}
+		}
+		if ti < 0 {
+			t := kmsg.NewShareFetchRequestTopic()
+			t.TopicID = tp.Topic
+			req.Topics = append(req.Topics, t)
+			ti = len(req.Topics) - 1
+		}
+		t := &req.Topics[ti]
+		pi := -1
+		for i := range t.Partitions {
+			if t.Partitions[i].Partition == tp.Partition {
+				pi = i
+			}
+		}
+		if pi < 0 {
+			p := kmsg.NewShareFetchRequestTopicPartition()
+			p.Partition = tp.Partition
+			t.Partitions = append(t.Partitions, p)
+			pi = len(t.Partitions) - 1
+		}
+		p := &t.Partitions[pi]
+		for _, b := range kip1289.Batches(offs) {
+			kb := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
+			kb.FirstOffset, kb.LastOffset, kb.AcknowledgeTypes = b.FirstOffset, b.LastOffset, b.AcknowledgeTypes
+			p.AcknowledgementBatches = append(p.AcknowledgementBatches, kb)
+		}
+	}
+	// The broker answers the acknowledgements with the fetch: a fetch
+	// that would wait for records holds their answer (and the committed
+	// records' commit → applied) for its whole wait. Carrying them, it
+	// answers at once with what it has; the client fetches again.
+	req.MaxWaitMillis = 0
+	return true
+}
+
+// canCarry: req names none of acks' partitions with acknowledgements of
+// its own, nor forgets them. A partition's batches succeed or fail
+// together at the broker, so the proxy's never share a partition with the
+// client's.
+func canCarry(req *kmsg.ShareFetchRequest, acks upstream.Acks) bool {
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			if len(p.AcknowledgementBatches) > 0 && acks[upstream.TopicPartition{Topic: t.TopicID, Partition: p.Partition}] != nil {
+				return false
+			}
+		}
+	}
+	for _, t := range req.ForgottenTopicsData {
+		for _, p := range t.Partitions {
+			if acks[upstream.TopicPartition{Topic: t.TopicID, Partition: p}] != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// answerRider hands the rider of st the broker's answer to its partitions
+// and takes that answer out of resp: a partition the client acknowledged
+// nothing on carries no acknowledgement code, and an entry of one that
+// brought nothing is dropped (a partition the client's acknowledgements
+// were held back on gets its answer from shareFetchResponse, as without a
+// rider; kfake answers an acknowledgement error in an entry of its own
+// beside the records'). Reports whether resp changed.
+func answerRider(st *shareState, resp *kmsg.ShareFetchResponse) bool {
+	if st == nil || st.rider == nil {
+		return false
+	}
+	rider := st.rider
+	st.rider = nil
+	if resp.ErrorCode != 0 {
+		rider.Answer(upstream.RideResult{Err: fmt.Errorf("the fetch carrying them was refused: %w", kerr.ErrorForCode(resp.ErrorCode))})
+		return false
+	}
+	codes := map[upstream.TopicPartition]int16{}
+	keepTopics := resp.Topics[:0]
+	for _, t := range resp.Topics {
+		keep := t.Partitions[:0]
+		for _, p := range t.Partitions {
+			tp := upstream.TopicPartition{Topic: t.TopicID, Partition: p.Partition}
+			if rider.Acks[tp] == nil {
+				keep = append(keep, p)
+				continue
+			}
+			if c, seen := codes[tp]; !seen || c == 0 {
+				codes[tp] = p.AcknowledgeErrorCode
+			}
+			p.AcknowledgeErrorCode, p.AcknowledgeErrorMessage = 0, nil
+			if p.ErrorCode == 0 && len(p.Records) == 0 && len(p.AcquiredRecords) == 0 {
+				continue
+			}
+			keep = append(keep, p)
+		}
+		t.Partitions = keep
+		if len(t.Partitions) > 0 {
+			keepTopics = append(keepTopics, t)
+		}
+	}
+	resp.Topics = keepTopics
+	rider.Answer(upstream.RideResult{Codes: codes})
+	return true
+}
