@@ -141,6 +141,17 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 			b["proxy: shadow records "+map[string]string{"rode": "riding the outputs' Produce", "own": "written on their own"}[path]] = budgetItem{PerTxn: n / float64(txns)}
 		}
 	}
+	for _, path := range []string{"fetch", "request"} {
+		series := `sharetx_own_acknowledgements_total{path="` + path + `"}`
+		if n := after[series] - before[series]; n > 0 {
+			b["proxy: own acks "+map[string]string{"fetch": "riding the member's ShareFetch", "request": "in a ShareAcknowledge of their own"}[path]] = budgetItem{PerTxn: n / float64(txns)}
+		}
+	}
+}
+
+// countRow: a budget line that counts per transaction and times nothing.
+func countRow(name string) bool {
+	return strings.HasPrefix(name, "proxy: shadow records") || strings.HasPrefix(name, "proxy: own acks")
 }
 
 // histogramWhere is histogram for the series of name whose labels include
@@ -214,7 +225,7 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 				if ok {
 					any = true
 					switch {
-					case strings.HasPrefix(n, "proxy: shadow records"):
+					case countRow(n):
 						cell = fmt.Sprintf("×%s", f2(it.PerTxn)) // a count, no time
 					case strings.HasPrefix(n, "req ") || strings.HasPrefix(n, "proxy:"):
 						cell = fmt.Sprintf("%s / %s ×%s", f2(it.P50Ms), f2(it.P99Ms), f2(it.PerTxn))
