@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharetx/sharetx/proxy"
+	"github.com/sharetx/sharetx/staging"
 )
 
 // Produce: a transactional Produce tells the KIP-1289 engine which producer id
@@ -69,6 +70,9 @@ func (e *KIP1289) produceResponse(st *produceState, resp *kmsg.ProduceResponse) 
 		if produceOK(resp) {
 			e.ledger.LearnTxn(t.ident, t.txnID, t.producerID, t.epoch)
 		}
+		if outs := t.answered(resp); len(outs) > 0 {
+			e.ledger.LearnOutputs(t.ident, t.txnID, t.producerID, t.epoch, outs)
+		}
 	}
 	return changed
 }
@@ -78,6 +82,69 @@ type produceTxnState struct {
 	txnID      string
 	producerID int64
 	epoch      int16
+	// outs are the request's partitions and how many records each holds,
+	// at most maxOutputParts of them: what the answer's offsets teach the
+	// ledger (a call may name one of its outputs, kip1289 OutputRecord).
+	outs []outPart
+}
+
+// outPart is one partition of a transactional Produce request.
+type outPart struct {
+	topic     string   // before v13
+	topicID   [16]byte // v13+
+	partition int32
+	records   int64
+}
+
+// maxOutputParts bounds the partitions of one request whose answer is
+// learned (the ledger keeps as many per transaction).
+const maxOutputParts = 64
+
+// answered returns the output batches the broker accepted, with their
+// offsets, from the request's partitions and resp.
+func (t *produceTxnState) answered(resp *kmsg.ProduceResponse) []staging.OutputBatch {
+	if len(t.outs) == 0 {
+		return nil
+	}
+	var outs []staging.OutputBatch
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.ErrorCode != 0 || rp.BaseOffset < 0 {
+				continue
+			}
+			for _, o := range t.outs {
+				if o.partition == rp.Partition && o.records > 0 &&
+					((o.topic != "" && o.topic == rt.Topic) || (o.topicID != [16]byte{} && o.topicID == rt.TopicID)) {
+					outs = append(outs, staging.OutputBatch{Topic: o.topic, TopicID: o.topicID, Partition: o.partition,
+						First: rp.BaseOffset, Last: rp.BaseOffset + o.records - 1})
+					break
+				}
+			}
+		}
+	}
+	return outs
+}
+
+// batchRecords counts the records of a partition's record batches (v2) by
+// their headers, never reading a record; 0 when they cannot be read.
+func batchRecords(records []byte) int64 {
+	var n int64
+	for len(records) > 0 {
+		// baseOffset 8, batchLength 4 (of what follows it), partition
+		// leader epoch 4, magic 1 at 16, crc 4, attributes 2,
+		// lastOffsetDelta 4 at 23.
+		if len(records) < 27 || records[16] != 2 {
+			return 0
+		}
+		size := 12 + int64(binary.BigEndian.Uint32(records[8:]))
+		delta := int64(int32(binary.BigEndian.Uint32(records[23:])))
+		if size < 27 || size > int64(len(records)) || delta < 0 {
+			return 0
+		}
+		n += delta + 1
+		records = records[size:]
+	}
+	return n
 }
 
 func produceOK(resp *kmsg.ProduceResponse) bool {
@@ -100,23 +167,38 @@ func produceTxn(body []byte, version int16) (produceTxnState, bool) {
 	if version < 3 {
 		return produceTxnState{}, false
 	}
-	var records []byte
+	if h, err := proxy.WalkProduce(body, version, nil, nil); err != nil || h.TxnID == nil || *h.TxnID == "" {
+		return produceTxnState{}, false // not transactional: its partitions are not walked
+	}
+	var first []byte
 	read := false
-	h, err := proxy.WalkProduce(body, version, func(string, [16]byte) bool { return true }, func(_ int32, recs []byte) bool {
-		records, read = recs, true
-		return false // the first partition's first batch is enough
+	var topic string
+	var topicID [16]byte
+	var outs []outPart
+	h, err := proxy.WalkProduce(body, version, func(name string, id [16]byte) bool {
+		topic, topicID = name, id
+		return true
+	}, func(p int32, recs []byte) bool {
+		if !read {
+			first, read = recs, true
+		}
+		if len(outs) < maxOutputParts {
+			outs = append(outs, outPart{topic: strings.Clone(topic), topicID: topicID, partition: p, records: batchRecords(recs)})
+		}
+		return true
 	})
 	if err != nil || !read || h.TxnID == nil || *h.TxnID == "" {
 		return produceTxnState{}, false
 	}
 	// Record batch v2: producerId at 43, producerEpoch at 51; magic at 16,
 	// attributes (bit 4: transactional) at 21.
-	if len(records) < 53 || records[16] != 2 || binary.BigEndian.Uint16(records[21:])&0x10 == 0 {
+	if len(first) < 53 || first[16] != 2 || binary.BigEndian.Uint16(first[21:])&0x10 == 0 {
 		return produceTxnState{}, false
 	}
 	return produceTxnState{
 		txnID:      strings.Clone(*h.TxnID), // the body's buffer is reused
-		producerID: int64(binary.BigEndian.Uint64(records[43:])),
-		epoch:      int16(binary.BigEndian.Uint16(records[51:])),
+		producerID: int64(binary.BigEndian.Uint64(first[43:])),
+		epoch:      int16(binary.BigEndian.Uint16(first[51:])),
+		outs:       outs,
 	}, true
 }

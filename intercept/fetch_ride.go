@@ -46,31 +46,17 @@ func (e *KIP1289) takeRider(r *proxy.Request, st *shareState, step upstream.Step
 	}
 	st.rider = rider
 	for tp, offs := range rider.Acks {
-		ti := -1
-		for i := range req.Topics {
-			if req.Topics[i].TopicID == tp.Topic {
-				ti = i
-			}
-		}
-		if ti < 0 {
+		ti := findOrAdd(&req.Topics, func(t *kmsg.ShareFetchRequestTopic) bool { return t.TopicID == tp.Topic }, func() kmsg.ShareFetchRequestTopic {
 			t := kmsg.NewShareFetchRequestTopic()
 			t.TopicID = tp.Topic
-			req.Topics = append(req.Topics, t)
-			ti = len(req.Topics) - 1
-		}
+			return t
+		})
 		t := &req.Topics[ti]
-		pi := -1
-		for i := range t.Partitions {
-			if t.Partitions[i].Partition == tp.Partition {
-				pi = i
-			}
-		}
-		if pi < 0 {
+		pi := findOrAdd(&t.Partitions, func(p *kmsg.ShareFetchRequestTopicPartition) bool { return p.Partition == tp.Partition }, func() kmsg.ShareFetchRequestTopicPartition {
 			p := kmsg.NewShareFetchRequestTopicPartition()
 			p.Partition = tp.Partition
-			t.Partitions = append(t.Partitions, p)
-			pi = len(t.Partitions) - 1
-		}
+			return p
+		})
 		p := &t.Partitions[pi]
 		for _, b := range kip1289.Batches(offs) {
 			kb := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
@@ -152,4 +138,16 @@ func answerRider(st *shareState, resp *kmsg.ShareFetchResponse) bool {
 	resp.Topics = keepTopics
 	rider.Answer(upstream.RideResult{Codes: codes})
 	return true
+}
+
+// findOrAdd returns the index of the first element of *s that match
+// accepts, appending mk() first when none does.
+func findOrAdd[T any](s *[]T, match func(*T) bool, mk func() T) int {
+	for i := range *s {
+		if match(&(*s)[i]) {
+			return i
+		}
+	}
+	*s = append(*s, mk())
+	return len(*s) - 1
 }

@@ -84,7 +84,33 @@ type TxnShareAcknowledgeRequest struct {
 	// a newer instance initialised is then fenced instead of staging into
 	// the newer instance's transaction (docs/protocol.md).
 	TouchOffset *int64
+
+	// OutputRecord (a sharetx extension, tagged field OutputRecordTag,
+	// never sent by the KIP's client; nil: absent) names one of the
+	// caller's output records of this transaction, delivered before the
+	// call: with ProducerID and ProducerEpoch -1 the call is checked
+	// against the ids that record's batch was written with, as with
+	// TouchOffset, so a transaction with outputs needs no touch record
+	// (docs/protocol.md).
+	OutputRecord *OutputRef
 }
+
+// OutputRef names one record of a topic partition: by topic id, by name,
+// or both (a Produce names its topics by name before v13, by id from v13).
+type OutputRef struct {
+	TopicID   [16]byte
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// OutputRecordTag is the top-level tagged field of OutputRecord: a uuid,
+// a compact string, an int32 and an int64.
+const OutputRecordTag = 10002
+
+// maxOutputTopicBytes bounds an OutputRecord's topic name (Kafka's own
+// limit is 249 bytes).
+const maxOutputTopicBytes = 249
 
 // RideProduceTag is the top-level tagged field of RideProduce: far above
 // any tag the KIP may define.
@@ -215,6 +241,9 @@ func (r *TxnShareAcknowledgeRequest) AppendTo(b []byte) []byte {
 	if r.TouchOffset != nil {
 		n++
 	}
+	if r.OutputRecord != nil {
+		n++
+	}
 	b = kbin.AppendUvarint(b, uint32(n)) // tagged fields, in increasing tag order
 	if r.RideProduce {
 		b = kbin.AppendUvarint(b, RideProduceTag)
@@ -225,6 +254,15 @@ func (r *TxnShareAcknowledgeRequest) AppendTo(b []byte) []byte {
 		b = kbin.AppendUvarint(b, TouchOffsetTag)
 		b = kbin.AppendUvarint(b, 8)
 		b = kbin.AppendInt64(b, *r.TouchOffset)
+	}
+	if o := r.OutputRecord; o != nil {
+		v := kbin.AppendUuid(nil, o.TopicID)
+		v = kbin.AppendCompactString(v, o.Topic)
+		v = kbin.AppendInt32(v, o.Partition)
+		v = kbin.AppendInt64(v, o.Offset)
+		b = kbin.AppendUvarint(b, OutputRecordTag)
+		b = kbin.AppendUvarint(b, uint32(len(v)))
+		b = append(b, v...)
 	}
 	return b
 }
@@ -271,7 +309,7 @@ func (r *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		}
 		d.skipTags()
 	}
-	r.RideProduce, r.TouchOffset = false, nil
+	r.RideProduce, r.TouchOffset, r.OutputRecord = false, nil, nil
 	d.eachTag(func(tag uint32, v []byte) {
 		switch {
 		case tag == RideProduceTag && len(v) == 1:
@@ -279,6 +317,8 @@ func (r *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		case tag == TouchOffsetTag && len(v) == 8:
 			o := int64(binary.BigEndian.Uint64(v))
 			r.TouchOffset = &o
+		case tag == OutputRecordTag:
+			r.OutputRecord = readOutputRef(v)
 		}
 	})
 	return d.complete()
@@ -336,6 +376,22 @@ func (r *TxnShareAcknowledgeResponse) ReadFrom(src []byte) error {
 func IsMalformed(err error) bool { return errors.Is(err, ErrMalformed) }
 
 func noTags(b []byte) []byte { return append(b, 0) }
+
+// readOutputRef decodes an OutputRecord tag's value; nil when it is
+// malformed (the tag is then ignored, as a malformed TouchOffset is).
+func readOutputRef(v []byte) *OutputRef {
+	d := reader{kbin.Reader{Src: v}}
+	var o OutputRef
+	o.TopicID = d.Uuid()
+	o.Topic = d.str()
+	o.Partition = d.Int32()
+	o.Offset = d.Int64()
+	if d.complete() != nil || len(o.Topic) > maxOutputTopicBytes || o.Partition < 0 || o.Offset < 0 ||
+		(o.Topic == "" && o.TopicID == [16]byte{}) {
+		return nil
+	}
+	return &o
+}
 
 // reader adds to kbin.Reader the bounds a proxy needs on hostile input:
 // array lengths checked against the bytes left times each element's

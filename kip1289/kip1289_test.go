@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -153,6 +154,9 @@ func TestSkipsUnknownTags(t *testing.T) {
 func FuzzTxnShareAcknowledge(f *testing.F) {
 	f.Add(referenceRequestBytes())
 	f.Add((&TxnShareAcknowledgeResponse{ErrorCode: 15}).AppendTo(nil))
+	withOutput := referenceRequest()
+	withOutput.OutputRecord = &OutputRef{TopicID: [16]byte{7}, Topic: "out", Partition: 2, Offset: 99}
+	f.Add(withOutput.AppendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req TxnShareAcknowledgeRequest
 		if req.ReadFrom(b) == nil {
@@ -239,5 +243,73 @@ func TestTouchOffsetTag(t *testing.T) {
 	var got TxnShareAcknowledgeRequest
 	if err := got.ReadFrom(ref); err != nil || got.TouchOffset != nil {
 		t.Fatalf("the reference layout decoded with a touch offset: %+v, %v", got, err)
+	}
+}
+
+// TestOutputRecordTag: the output record is a tagged field of its own (tag
+// OutputRecordTag: uuid, compact string, int32, int64), after TouchOffset
+// when both are sent; a malformed value, a negative partition or offset, a
+// topic named neither by id nor by name or a name over 249 bytes decode as
+// absent, and the reference layout decodes with none.
+func TestOutputRecordTag(t *testing.T) {
+	ref := referenceRequestBytes()
+	off := int64(5)
+	for _, o := range []OutputRef{
+		{TopicID: [16]byte{1, 2, 3}, Topic: "out", Partition: 3, Offset: 0},
+		{Topic: "out", Partition: 0, Offset: 1 << 40},
+		{TopicID: [16]byte{9}, Partition: 7, Offset: 12},
+	} {
+		r := referenceRequest()
+		r.TouchOffset = &off
+		r.OutputRecord = &o
+		b := r.AppendTo(nil)
+		want := append([]byte(nil), ref[:len(ref)-1]...)
+		want = append(want, 2)
+		want = binary.AppendUvarint(want, TouchOffsetTag)
+		want = append(want, 8)
+		want = binary.BigEndian.AppendUint64(want, uint64(off))
+		v := append([]byte(nil), o.TopicID[:]...)
+		v = binary.AppendUvarint(v, uint64(len(o.Topic))+1)
+		v = append(v, o.Topic...)
+		v = binary.BigEndian.AppendUint32(v, uint32(o.Partition))
+		v = binary.BigEndian.AppendUint64(v, uint64(o.Offset))
+		want = binary.AppendUvarint(want, OutputRecordTag)
+		want = binary.AppendUvarint(want, uint64(len(v)))
+		want = append(want, v...)
+		if !bytes.Equal(b, want) {
+			t.Fatalf("%+v: encoded\n%x\nwant\n%x", o, b, want)
+		}
+		var got TxnShareAcknowledgeRequest
+		if err := got.ReadFrom(b); err != nil || got.OutputRecord == nil || *got.OutputRecord != o || got.TouchOffset == nil {
+			t.Fatalf("%+v: decoded %+v, %v", o, got, err)
+		}
+	}
+	for name, o := range map[string]OutputRef{
+		"negative partition": {Topic: "out", Partition: -1, Offset: 1},
+		"negative offset":    {Topic: "out", Partition: 1, Offset: -1},
+		"no topic":           {Partition: 1, Offset: 1},
+		"long name":          {Topic: strings.Repeat("t", 250), Partition: 1, Offset: 1},
+	} {
+		r := referenceRequest()
+		r.OutputRecord = &o
+		var got TxnShareAcknowledgeRequest
+		if err := got.ReadFrom(r.AppendTo(nil)); err != nil || got.OutputRecord != nil {
+			t.Fatalf("%s: decoded %+v, %v; want the tag ignored", name, got.OutputRecord, err)
+		}
+	}
+	// A value one byte short of its fields: ignored, the request still decodes.
+	b := append([]byte(nil), ref[:len(ref)-1]...)
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, OutputRecordTag)
+	b = append(b, 16+2+4+7)
+	b = append(b, make([]byte, 16)...)
+	b = append(b, 2, 'o')
+	b = append(b, make([]byte, 4+7)...)
+	var got TxnShareAcknowledgeRequest
+	if err := got.ReadFrom(b); err != nil || got.OutputRecord != nil {
+		t.Fatalf("a short value: decoded %+v, %v; want the tag ignored", got.OutputRecord, err)
+	}
+	if err := got.ReadFrom(ref); err != nil || got.OutputRecord != nil {
+		t.Fatalf("the reference layout decoded with an output record: %+v, %v", got, err)
 	}
 }

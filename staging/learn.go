@@ -133,9 +133,66 @@ func (l *Ledger) LearnTouch(ident, txnID string, pid int64, epoch int16, offset 
 	if !ok || !t.ownedBy(ident) {
 		return
 	}
-	t.touches[t.touchNext%maxTouches] = touchSeen{offset: offset, producerID: pid, epoch: epoch, ident: ident, valid: true}
+	t.touches[t.touchNext%maxTouches] = touchSeen{offset: offset, wroteBy: wroteBy{pid, epoch, ident}, valid: true}
 	t.touchNext++
 	l.txns[txnID] = t
+}
+
+// OutputBatch is the records a transactional Produce wrote to one
+// partition, as the broker answered it: offsets first to last.
+type OutputBatch struct {
+	Topic       string   // the Produce's topic name (before v13)
+	TopicID     [16]byte // or its topic id (v13+)
+	Partition   int32
+	First, Last int64
+}
+
+// LearnOutputs records the output batches of txnID the broker accepted from
+// ident with producer id pid at epoch, the first per partition of the
+// transaction (a later batch of the same producer id and epoch leaves it; a
+// newer epoch or another producer replaces it; ForgetOutputs drops them at
+// EndTxn), for a call with producer id and epoch -1/-1 that names one of
+// them (kip1289 OutputRecord) to be checked against the ids it was written
+// with, as a touch is. Only a transaction known and owned by ident learns.
+func (l *Ledger) LearnOutputs(ident, txnID string, pid int64, epoch int16, outs []OutputBatch) {
+	if len(outs) == 0 || !keepable(txnID) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.txns[txnID]
+	if !ok || !t.ownedBy(ident) || t.producerID != pid {
+		return
+	}
+	if t.outputs == nil {
+		t.outputs = map[outputKey]outputSeen{}
+		l.txns[txnID] = t
+	}
+	w := wroteBy{pid, epoch, ident}
+	for _, o := range outs {
+		if o.First < 0 || o.Last < o.First {
+			continue
+		}
+		k := outputKey{topic: o.Topic, topicID: o.TopicID, partition: o.Partition}
+		old, had := t.outputs[k]
+		if had && old.wroteBy == w {
+			continue // the transaction's first batch there is kept
+		}
+		if !had && len(t.outputs) >= maxOutputPartitions {
+			continue
+		}
+		t.outputs[k] = outputSeen{first: o.First, last: o.Last, wroteBy: w}
+	}
+}
+
+// ForgetOutputs drops the output batches kept for txnID: its transaction
+// ended (EndTxn), and the next one's outputs are other batches.
+func (l *Ledger) ForgetOutputs(txnID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.txns[txnID]; ok && len(t.outputs) > 0 {
+		clear(t.outputs)
+	}
 }
 
 // SetTxn records the producer id and epoch the coordinator just gave a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/internal/promstat"
+	"github.com/sharetx/sharetx/kip1289"
 	"github.com/sharetx/sharetx/upstream"
 )
 
@@ -340,6 +341,7 @@ type txnInfo struct {
 	timeout    time.Duration         // the transaction timeout its InitProducerId asked for (0: not seen)
 	touches    [maxTouches]touchSeen // the last touches relayed for it, newest at touchNext-1 (LearnTouch)
 	touchNext  int
+	outputs    map[outputKey]outputSeen // the first batch per partition of its open transaction's outputs (LearnOutputs)
 }
 
 // maxTouches is how many of a transactional id's touches the ledger keeps:
@@ -347,14 +349,19 @@ type txnInfo struct {
 // a client's retouches and a zombie's last touch beside its successor's.
 const maxTouches = 4
 
-// touchSeen is a touch record the broker accepted: where, and with which
-// producer id and epoch, by which principal.
-type touchSeen struct {
-	offset     int64
+// wroteBy is who wrote a record the broker accepted: the producer id and
+// epoch of its batch, and the principal of the connection it came on.
+type wroteBy struct {
 	producerID int64
 	epoch      int16
 	ident      string
-	valid      bool
+}
+
+// touchSeen is a touch record the broker accepted: where, and who wrote it.
+type touchSeen struct {
+	offset int64
+	wroteBy
+	valid bool
 }
 
 // touch returns the touch at offset, if kept.
@@ -365,6 +372,40 @@ func (t *txnInfo) touch(offset int64) (touchSeen, bool) {
 		}
 	}
 	return touchSeen{}, false
+}
+
+// outputKey is a partition a transaction wrote outputs to, named as its
+// Produce named it: by topic name before v13, by topic id from v13.
+type outputKey struct {
+	topic     string
+	topicID   [16]byte
+	partition int32
+}
+
+// outputSeen is the first batch of outputs of a transaction the broker
+// accepted in a partition: its offsets, and who wrote it.
+type outputSeen struct {
+	first, last int64
+	wroteBy
+}
+
+// maxOutputPartitions bounds the partitions whose first output batch the
+// ledger keeps per transaction; a call naming an output in another one is
+// answered as one naming an output it does not know (the client touches).
+const maxOutputPartitions = 64
+
+// output returns the kept batch holding the record ref names, looked up by
+// topic id and by name (whichever the Produce used).
+func (t *txnInfo) output(ref kip1289.OutputRef) (outputSeen, bool) {
+	for _, k := range [2]outputKey{{topicID: ref.TopicID, partition: ref.Partition}, {topic: ref.Topic, partition: ref.Partition}} {
+		if k.topic == "" && k.topicID == ([16]byte{}) {
+			continue
+		}
+		if o, ok := t.outputs[k]; ok && o.first <= ref.Offset && ref.Offset <= o.last {
+			return o, true
+		}
+	}
+	return outputSeen{}, false
 }
 
 // own records that the broker accepted a write of the transaction from

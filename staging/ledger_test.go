@@ -497,3 +497,81 @@ func TestTouchOffsetFencesTheZombieWindow(t *testing.T) {
 		t.Fatalf("a touch pushed out by %d newer ones: %v, want COORDINATOR_LOAD_IN_PROGRESS", maxTouches, kerr.ErrorForCode(code))
 	}
 }
+
+// TestOutputRecordFencesTheZombieWindow: a call with producer id -1/-1 that
+// names one of its outputs (kip1289 OutputRecord) instead of a touch is
+// checked as TestTouchOffsetFencesTheZombieWindow's calls are: against the
+// ids the output's batch was written with. Kept is the first batch per
+// partition of the transaction (by topic name or id, as the Produce named
+// it), until its EndTxn (ForgetOutputs); a record in no kept batch, or
+// another principal's, asks for a touch (retriable).
+func TestOutputRecordFencesTheZombieWindow(t *testing.T) {
+	topic := [16]byte{1}
+	e := testEngine()
+	e.Acquired("User:app", 0, "g", "m1", topic, 0, acq(0, 9), time.Minute)
+	e.SetTxn("User:app", "tx", 7, 2)
+	// The zombie's outputs, at epoch 2: "out" partition 0 by name (Produce
+	// v12), partition 1 by id (v13).
+	outID := [16]byte{9}
+	e.LearnOutputs("User:app", "tx", 7, 2, []OutputBatch{{Topic: "out", Partition: 0, First: 10, Last: 19}, {TopicID: outID, Partition: 1, First: 40, Last: 40}})
+	e.LearnOutputs("User:app", "tx", 7, 2, []OutputBatch{{Topic: "out", Partition: 0, First: 20, Last: 29}}) // a later batch: the first stays
+	call := func(ref *kip1289.OutputRef, ident string) (int16, *Call) {
+		req := txnReq(topic, 0, ab(0, 1, 1))
+		req.ProducerID, req.ProducerEpoch, req.OutputRecord = -1, -1, ref
+		r, c := e.validateAndReserve(req, ident)
+		if c != nil {
+			e.unstage(c)
+			return 0, c
+		}
+		return r.ErrorCode, nil
+	}
+	byName := &kip1289.OutputRef{Topic: "out", TopicID: outID, Partition: 0, Offset: 15}
+	byID := &kip1289.OutputRef{Topic: "out", TopicID: outID, Partition: 1, Offset: 40}
+	for _, ref := range []*kip1289.OutputRef{byName, byID} {
+		if code, c := call(ref, "User:app"); code != 0 || c.epoch != 2 {
+			t.Fatalf("%+v: the zombie's call before the newer instance initialised: %v, %+v", *ref, kerr.ErrorForCode(code), c)
+		}
+	}
+	for name, ref := range map[string]*kip1289.OutputRef{
+		"an offset of the later batch": {Topic: "out", Partition: 0, Offset: 25},
+		"another partition":            {Topic: "out", Partition: 2, Offset: 15},
+		"another topic":                {Topic: "other", Partition: 0, Offset: 15},
+	} {
+		if code, _ := call(ref, "User:app"); code != kerr.CoordinatorLoadInProgress.Code {
+			t.Fatalf("%s: %v, want COORDINATOR_LOAD_IN_PROGRESS", name, kerr.ErrorForCode(code))
+		}
+	}
+	if code, _ := call(byName, "User:other"); code == 0 {
+		t.Fatalf("another principal naming the output was staged")
+	}
+	e.SetTxn("User:app", "tx", 7, 3) // the newer instance's InitProducerId
+	for _, ref := range []*kip1289.OutputRef{byName, byID} {
+		if code, _ := call(ref, "User:app"); code != kerr.ProducerFenced.Code {
+			t.Fatalf("%+v: the zombie's call naming its output after the newer instance initialised: %v, want PRODUCER_FENCED", *ref, kerr.ErrorForCode(code))
+		}
+	}
+	// The newer instance's first batch in partition 0 replaces the zombie's.
+	e.LearnOutputs("User:app", "tx", 7, 3, []OutputBatch{{Topic: "out", Partition: 0, First: 30, Last: 31}})
+	if code, c := call(&kip1289.OutputRef{Topic: "out", Partition: 0, Offset: 31}, "User:app"); code != 0 || c.epoch != 3 {
+		t.Fatalf("the newer instance's call naming its output: %v, %+v", kerr.ErrorForCode(code), c)
+	}
+	e.ForgetOutputs("tx") // its EndTxn
+	if code, _ := call(&kip1289.OutputRef{Topic: "out", Partition: 0, Offset: 31}, "User:app"); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("an output of an ended transaction: %v, want COORDINATOR_LOAD_IN_PROGRESS", kerr.ErrorForCode(code))
+	}
+	// Bounded: past maxOutputPartitions partitions nothing more is kept.
+	var many []OutputBatch
+	for p := int32(0); p < maxOutputPartitions+10; p++ {
+		many = append(many, OutputBatch{Topic: "wide", Partition: p, First: 1, Last: 1})
+	}
+	e.LearnOutputs("User:app", "tx", 7, 3, many)
+	if n := len(e.txns["tx"].outputs); n != maxOutputPartitions {
+		t.Fatalf("%d output partitions kept, want %d", n, maxOutputPartitions)
+	}
+	// A transaction another principal owns learns nothing from this one.
+	e.SetTxn("User:bob", "bobs", 8, 1)
+	e.LearnOutputs("User:app", "bobs", 8, 1, []OutputBatch{{Topic: "out", Partition: 0, First: 1, Last: 1}})
+	if n := len(e.txns["bobs"].outputs); n != 0 {
+		t.Fatalf("another principal's transaction learned %d output partitions", n)
+	}
+}

@@ -300,21 +300,36 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 			return ErrorResponse(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: ProducerId -1 asks the proxy for the transaction's producer id, and it has not seen this transactional id initialise or write through it yet; retry after the transaction's first produce, or send the producer id and epoch"), nil
 		}
 		pid, epoch = t.producerID, t.epoch
-		if req.TouchOffset != nil {
-			// The call names the touch it made: the ids that touch was
-			// written with, checked as if the caller had sent them, so a
-			// zombie whose touch came just before a newer instance's
-			// InitProducerId is fenced rather than staged into the newer
-			// transaction.
-			ts, ok := t.touch(*req.TouchOffset)
-			if !ok || ts.ident != ident {
-				// Retriable: a touch relayed through another sidecar, or
-				// before a restart; the client touches again, through
-				// this one.
-				return ErrorResponse(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: the touch record this call names was not relayed through this proxy (or is too old); touch again and retry"), nil
+		// The call names the touch it made, or one of its outputs: the
+		// ids that record was written with are checked as if the caller
+		// had sent them, so a zombie whose touch or output came just
+		// before a newer instance's InitProducerId is fenced rather than
+		// staged into the newer transaction.
+		var by wroteBy
+		var found bool
+		what := ""
+		switch {
+		case req.TouchOffset != nil:
+			what = "touch record"
+			var ts touchSeen
+			ts, found = t.touch(*req.TouchOffset)
+			by = ts.wroteBy
+		case req.OutputRecord != nil:
+			what = "output record"
+			var os outputSeen
+			os, found = t.output(*req.OutputRecord)
+			by = os.wroteBy
+		}
+		if what != "" {
+			if !found || by.ident != ident {
+				// Retriable: a record written through another sidecar,
+				// or before a restart (an output batch not the
+				// transaction's first in its partition, too); the client
+				// touches, through this one.
+				return ErrorResponse(req, kerr.CoordinatorLoadInProgress.Code, "sharetx: the "+what+" this call names was not written through this proxy (or is not kept); touch and retry"), nil
 			}
-			if ts.producerID != t.producerID || ts.epoch < t.epoch {
-				return ErrorResponse(req, kerr.ProducerFenced.Code, "sharetx: the touch record this call names was written by an earlier producer of the transactional id"), nil
+			if by.producerID != t.producerID || by.epoch < t.epoch {
+				return ErrorResponse(req, kerr.ProducerFenced.Code, "sharetx: the "+what+" this call names was written by an earlier producer of the transactional id"), nil
 			}
 		}
 	case pid < 0 || epoch < 0:

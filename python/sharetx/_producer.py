@@ -94,6 +94,8 @@ class Producer(confluent_kafka.Producer):
         self._abortable: Optional[KafkaException] = None
         self._fatal: Optional[KafkaException] = None
         self._unresolved = False  # a call of this transaction timed out and was not retried successfully
+        # The transaction's first output record, whose delivery report the call names instead of a touch.
+        self._first_out: Optional[_Delivery] = None
 
     # ------------------------------------------------------------ the KIP's call
 
@@ -106,11 +108,14 @@ class Producer(confluent_kafka.Producer):
 
         ``metadata`` names the share group of the consumer that polled the records; its member id
         may be "" (epoch -1) to let the sidecar resolve the member that acquired them
-        (:func:`sharetx.share_group_metadata`). Every call produces a touch record first (a record
-        to the sidecar's shadow topic, with the producer's own id and epoch) and waits for it, so
-        that a fenced producer (a zombie) fails here before anything is staged, and so that a
-        transaction holding only acknowledgements still ends with EndTxn. Each call is all or nothing; on any exception abort the transaction (unless it is
-        fatal: then close the producer). Empty acknowledgements do nothing.
+        (:func:`sharetx.share_group_metadata`). The call first waits for the transaction's first
+        output record (the first ``produce`` since ``begin_transaction``) to be delivered, flushing
+        the producer's queue, and names it to the sidecar; a transaction without outputs produces a
+        touch record instead (a record to the sidecar's shadow topic, with the producer's own id and
+        epoch) and waits for it. Either way a fenced producer (a zombie) fails here before anything
+        is staged, and a transaction holding only acknowledgements still ends with EndTxn. Each call
+        is all or nothing; on any exception abort the transaction (unless it is fatal: then close
+        the producer). Empty acknowledgements do nothing.
 
         :raises KafkaException: see the class documentation (``_TIMED_OUT`` is retriable: the
             same call may be made again, the sidecar answers a repeat with the same success).
@@ -142,15 +147,19 @@ class Producer(confluent_kafka.Producer):
                 # Is a sidecar there? Before the touch, so that a producer connected straight to the
                 # cluster writes nothing (once per connection).
                 self._probe(deadline)
-                # librdkafka hides the producer id and epoch: the touch record, produced with them in
-                # the transaction, fences a zombie (the broker refuses its epoch) and tells the
-                # sidecar the current ids, which the -1/-1 extension then names. Before every call,
-                # not only the transaction's first: the sidecar resolves -1/-1 to the ids it saw
-                # last for the transactional id, so a zombie whose transaction was touched before a
-                # newer instance initialised would otherwise stage its later calls into the newer
-                # instance's transaction (test_zombie_cannot_stage_a_later_call).
-                touch = self._touch(deadline)
-                self._stage(acknowledgements, metadata, deadline, touch)
+                # librdkafka hides the producer id and epoch: a record produced with them in the
+                # transaction, delivered before the call, fences a zombie (the broker refuses its
+                # epoch) and tells the sidecar the current ids, which the -1/-1 extension then
+                # names; the call names that record (its OutputRecord or TouchOffset), so the
+                # sidecar checks it against the ids the record was written with. The transaction's
+                # first output when it has one, else a touch record. Before every call, not only
+                # the transaction's first: the sidecar resolves -1/-1 to the ids it saw last for
+                # the transactional id, so a zombie whose transaction wrote before a newer instance
+                # initialised would otherwise stage its later calls into the newer instance's
+                # transaction (test_zombie_cannot_stage_a_later_call).
+                output = self._output_ref(deadline)
+                touch = self._touch(deadline) if output is None else -1
+                self._stage(acknowledgements, metadata, deadline, touch, output)
                 self._unresolved = False
             except _Timeout as e:
                 self._unresolved = True
@@ -171,6 +180,29 @@ class Producer(confluent_kafka.Producer):
             self._in_txn = True
             self._abortable = None
             self._unresolved = False
+            self._first_out = None
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        """confluent-kafka's ``produce``; the first one of a transaction also notes its delivery
+        report (the user's ``on_delivery`` still runs), which the transaction's
+        ``send_share_acknowledgements_to_transaction`` names instead of producing a touch record."""
+        if not self._in_txn or self._first_out is not None:
+            super().produce(topic, *args, **kwargs)
+            return
+        with self._stx_lock:
+            if not self._in_txn or self._first_out is not None:
+                super().produce(topic, *args, **kwargs)
+                return
+            d = _Delivery()
+            rest = list(args)
+            if len(rest) > 3:  # produce(topic, value, key, partition, on_delivery, ...)
+                d.user, rest[3] = rest[3], d.report
+            else:
+                key = "callback" if "callback" in kwargs else "on_delivery"
+                d.user = kwargs.pop(key, None)
+                kwargs["on_delivery"] = d.report
+            super().produce(topic, *rest, **kwargs)  # raises (BufferError, ...): nothing noted
+            self._first_out = d
 
     def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
         self._raise_if_fatal()
@@ -187,6 +219,7 @@ class Producer(confluent_kafka.Producer):
         super().commit_transaction(*args, **kwargs)
         with self._stx_lock:
             self._in_txn = False
+            self._first_out = None
 
     def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
         super().abort_transaction(*args, **kwargs)
@@ -194,6 +227,7 @@ class Producer(confluent_kafka.Producer):
             self._in_txn = False
             self._abortable = None
             self._unresolved = False
+            self._first_out = None
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
         """Closes the library's connections to the sidecar, then the producer."""
@@ -264,6 +298,61 @@ class Producer(confluent_kafka.Producer):
             _sleep(min(self._stx.retry_backoff_s, deadline.left()))
         raise _Timeout("the shadow topic's partitions were not learnt within the timeout: %s" % last)
 
+    def _output_ref(self, deadline: Deadline) -> Optional[P.OutputRef]:
+        """Waits for the transaction's first output record to be delivered (flushing the queue) and
+        returns it for the call to name (OutputRecord); None when the transaction produced nothing
+        (the call touches instead)."""
+        d = self._first_out
+        if d is None:
+            return None
+        self._await_delivery(lambda: d.done, deadline, "the transaction's first output record")
+        if d.err is not None:
+            self._raise_delivery_failure(d.err, "the transaction's first output record")
+        msg = d.msg
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if not topic or partition is None or partition < 0 or offset is None or offset < 0:
+            return None  # nothing to name: touch
+        return P.OutputRef(topic, self._known_topic_id(topic, deadline), partition, offset)
+
+    def _known_topic_id(self, topic: str, deadline: Deadline) -> Optional[uuid.UUID]:
+        """The topic's id, looked up once (the sidecar matches an output by name or by id, as its
+        Produce named it); None when it cannot be learnt now."""
+        tm = self._topics.get(topic)
+        if tm is None:
+            try:
+                tm = self._metadata([topic], deadline).topics.get(topic)
+            except (OSError, SidecarTimeout, MalformedResponse):
+                return None
+            if tm is None or tm.error_code != 0 or tm.topic_id == P.ZERO_UUID:
+                return None
+            self._topics[topic] = tm
+        return tm.topic_id
+
+    def _await_delivery(self, delivered: Any, deadline: Deadline, what: str) -> None:
+        """Flushes until delivered() holds, at most until the deadline."""
+        while not delivered():
+            if deadline.passed():
+                raise _Timeout("%s was not acknowledged within the timeout" % what)
+            try:
+                super().flush(max(0.0, min(deadline.left(), 0.5)))
+            except KafkaException as e:
+                self._raise_flush_failure(e, what)
+            except SystemError as e:
+                # confluent-kafka 2.16 raises SystemError when librdkafka reports a fatal error (a
+                # fenced producer) while it runs a delivery callback: the KafkaException is its cause.
+                cause = e.__cause__ or e.__context__
+                if isinstance(cause, KafkaException):
+                    self._raise_flush_failure(cause, what)
+                if not delivered():
+                    raise
+
+    def _raise_delivery_failure(self, err: KafkaError, what: str) -> None:
+        if err.fatal() or err.code() in FENCED_CODES:
+            self._fatal = kafka_exception(err.code(), "sharetx: %s was refused: %s" % (what, err.str()), fatal=True)
+            raise self._fatal
+        raise kafka_exception(err.code(), "sharetx: producing %s failed: %s" % (what, err.str()),
+                              txn_requires_abort=True) from KafkaException(err)
+
     def _touch(self, deadline: Deadline) -> int:
         """Produces the transaction's touch record and returns its offset, which the call names
         (TouchOffset): the sidecar checks the call against the producer id and epoch the touch was
@@ -286,44 +375,25 @@ class Producer(confluent_kafka.Producer):
             super().produce(self._stx.shadow_topic, value=TOUCH_VALUE, partition=part, headers=TOUCH_HEADERS,
                             on_delivery=delivered)
         except KafkaException as e:
-            self._raise_touch_failure(e)
-        while not result:
-            if deadline.passed():
-                raise _Timeout("the transaction's touch record to %s[%d] was not acknowledged within the timeout"
-                               % (self._stx.shadow_topic, part))
-            try:
-                super().flush(max(0.0, min(deadline.left(), 0.5)))
-            except KafkaException as e:
-                self._raise_touch_failure(e)
-            except SystemError as e:
-                # confluent-kafka 2.16 raises SystemError when librdkafka reports a fatal error (a
-                # fenced producer) while it runs a delivery callback: the KafkaException is its cause.
-                cause = e.__cause__ or e.__context__
-                if isinstance(cause, KafkaException):
-                    self._raise_touch_failure(cause)
-                if not result:
-                    raise
+            self._raise_flush_failure(e, "the transaction's touch record")
+        self._await_delivery(lambda: bool(result), deadline,
+                             "the transaction's touch record to %s[%d]" % (self._stx.shadow_topic, part))
         err = result[0]
         if err is not None:
-            if err.fatal() or err.code() in FENCED_CODES:
-                self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
-                                              % err.str(), fatal=True)
-                raise self._fatal
-            raise kafka_exception(err.code(), "sharetx: producing the transaction's touch record failed: %s" % err.str(),
-                                  txn_requires_abort=True) from KafkaException(err)
+            self._raise_delivery_failure(err, "the transaction's touch record")
         return offsets[0]
 
-    def _raise_touch_failure(self, e: KafkaException) -> None:
+    def _raise_flush_failure(self, e: KafkaException, what: str) -> None:
         err = error_of(e)
         if err is not None and is_fatal(e):
-            self._fatal = kafka_exception(err.code(), "sharetx: the transaction's touch record was refused: %s"
-                                          % err.str(), fatal=True)
+            self._fatal = kafka_exception(err.code(), "sharetx: %s was refused: %s" % (what, err.str()), fatal=True)
             raise self._fatal from None
         raise e
 
     # ------------------------------------------------------------ staging
 
-    def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline, touch: int) -> None:
+    def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline, touch: int,
+               output: Optional[P.OutputRef]) -> None:
         left: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]] = dict(acks.items())
         refresh = False
         last: Optional[BaseException] = None
@@ -349,7 +419,7 @@ class Producer(confluent_kafka.Producer):
             for addr, parts in by_leader.items():
                 body = P.txn_share_acknowledge(self._stx.transactional_id, md.group_id, -1, -1, md.member_id,
                                                md.member_epoch, [p for _, p in parts],
-                                               touch if touch >= 0 else None)
+                                               touch if touch >= 0 else None, output)
                 try:
                     b = self._client().request(addr, self._stx.api_key, 0, True, body, deadline)
                 except (OSError, SidecarTimeout) as e:
@@ -379,11 +449,11 @@ class Producer(confluent_kafka.Producer):
                 if err.retriable():
                     last = ex
                     if code == COORDINATOR_LOAD_IN_PROGRESS and retouches < _MAX_RETOUCHES:
-                        # This sidecar has not seen the transaction's producer (it restarted after
-                        # the touch, or the touch went through another one): the touch again,
-                        # through it, tells it the producer id and epoch.
+                        # This sidecar has not seen the transaction's producer, or the record the
+                        # call names (it restarted after it, or the record went through another
+                        # one): a touch, through it, tells it the producer id and epoch.
                         retouches += 1
-                        touch = self._touch(deadline)
+                        touch, output = self._touch(deadline), None
                     if code in (UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER):
                         for _, p in parts:
                             self._forget_topic_id(p.topic_id)
@@ -430,6 +500,23 @@ class Producer(confluent_kafka.Producer):
                 addr = self._client().any_bootstrap()  # every sidecar listener serves the key
             out.setdefault(addr, []).append((tip, P.AckPartition(tid, tip.partition, batches_wire(batches))))
         return out
+
+
+class _Delivery:
+    """The delivery report of a transaction's first output record, and the user's callback."""
+
+    __slots__ = ("done", "err", "msg", "user")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.err: Optional[KafkaError] = None
+        self.msg: Any = None
+        self.user: Any = None
+
+    def report(self, err: Optional[KafkaError], msg: Message) -> None:
+        self.err, self.msg, self.done = err, msg, True
+        if self.user is not None:
+            self.user(err, msg)
 
 
 class _Timeout(Exception):

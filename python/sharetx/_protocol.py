@@ -24,6 +24,7 @@ RIDE_PRODUCE_TAG = 10000
 #: call's own touch record, so that the sidecar checks the call against the producer id and epoch
 #: that touch was written with (docs/protocol.md).
 TOUCH_OFFSET_TAG = 10001
+OUTPUT_RECORD_TAG = 10002
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -50,12 +51,14 @@ class AckPartition:
 
 def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, producer_id: int, producer_epoch: int,
                           member_id: str, member_epoch: int, partitions: Iterable[AckPartition],
-                          touch_offset: Optional[int] = None) -> bytes:
+                          touch_offset: Optional[int] = None,
+                          output_record: Optional["OutputRef"] = None) -> bytes:
     """TxnShareAcknowledgeRequest v0, fields in the reference's wire order: TransactionalId, GroupId,
     ProducerId, ProducerEpoch, MemberId, MemberEpoch, Topics[TopicId, Partitions[PartitionIndex,
     AcknowledgementBatches[FirstOffset, LastOffset, AcknowledgeTypes[int8]]]]. Partitions of one
     topic id are grouped, in the order given. touch_offset (sharetx's TouchOffset extension, a
-    tagged field) names the call's touch record."""
+    tagged field) names the call's touch record; output_record (its OutputRecord extension) one of
+    the transaction's outputs instead."""
     by_topic: Dict[uuid.UUID, List[AckPartition]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic_id, []).append(p)
@@ -72,9 +75,27 @@ def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, produc
                 w.no_tags()
             w.no_tags()
         w.no_tags()
-    if touch_offset is None:
-        return w.no_tags().getvalue()
-    return w.uvarint(1).uvarint(TOUCH_OFFSET_TAG).uvarint(8).int64(touch_offset).getvalue()
+    tags = int(touch_offset is not None) + int(output_record is not None)
+    w.uvarint(tags)  # tagged fields, in increasing tag order
+    if touch_offset is not None:
+        w.uvarint(TOUCH_OFFSET_TAG).uvarint(8).int64(touch_offset)
+    if output_record is not None:
+        o = output_record
+        v = (Writer().uuid(o.topic_id or ZERO_UUID).compact_string(o.topic).int32(o.partition).int64(o.offset)
+             .getvalue())
+        w.uvarint(OUTPUT_RECORD_TAG).uvarint(len(v)).raw(v)
+    return w.getvalue()
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """One of the transaction's output records (sharetx's OutputRecord extension): topic name, its
+    id when known (None otherwise), partition and offset, from the record's delivery report."""
+
+    topic: str
+    topic_id: Optional[uuid.UUID]
+    partition: int
+    offset: int
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,25 @@ def transact(p, c, msgs, md, t=ACCEPT):
     p.commit_transaction()
 
 
+def four_records(c):
+    """The 4 records of a Setup(1, 4), in one poll (explicit mode)."""
+    msgs = []
+    while len(msgs) < 4:
+        msgs += poll_some(c)
+        assert len(msgs) == 4, "want the 4 records in one poll, got %d" % len(msgs)
+    return msgs
+
+
+def close_fenced(s, zombie):
+    """Closes a fenced producer: librdkafka aborts the open transaction on close and may only then
+    learn of the fence, which it raises (fatal)."""
+    s.closeables.remove(zombie)
+    try:
+        zombie.close(10)
+    except KafkaException as e:
+        assert e.args[0].fatal(), e
+
+
 def drain(p, c, md, done, total):
     while done < total:
         msgs = poll_some(c, POLL)
@@ -213,16 +232,15 @@ def test_fenced_member_epochs():
 
 def test_zombie_producer_is_fenced():
     """Once a newer instance with the same transactional id initialised, the old one cannot stage:
-    its touch record is refused (fatal), nothing is staged, and the fresh one stages and commits."""
+    its call, naming its output written at the old epoch, is refused (fatal), nothing is staged,
+    and the fresh one stages and commits. (The zombie's own librdkafka learns of the fence when
+    it closes and aborts.)"""
     with Setup(1, 4) as s:
         c = s.consumer()
         txn_id = unique("pzombie")
         zombie = s.producer(txn_id)
         zombie.init_transactions(POLL)
-        msgs = []
-        while len(msgs) < 4:
-            msgs += poll_some(c)
-            assert len(msgs) == 4, "want the 4 records in one poll, got %d" % len(msgs)  # explicit mode
+        msgs = four_records(c)
         zombie.begin_transaction()
         zombie.produce(s.output, key=b"k", value=b"zombie")
         assert zombie.flush(30) == 0
@@ -246,6 +264,7 @@ def test_zombie_producer_is_fenced():
         sharetx.acknowledge_handed_over(c, msgs)
         c.poll(0.5)
         assert s.committed_outputs(QUIET) == [b"fresh"]
+        close_fenced(s, zombie)
         s.close_clients()
         assert s.left_for_fresh_member(QUIET) == [], "records left after the fresh producer committed"
 
@@ -261,10 +280,7 @@ def test_zombie_cannot_stage_a_later_call():
         txn_id = unique("pzombie2")
         zombie = s.producer(txn_id)
         zombie.init_transactions(POLL)
-        msgs = []
-        while len(msgs) < 4:
-            msgs += poll_some(c)
-            assert len(msgs) == 4, "want the 4 records in one poll, got %d" % len(msgs)  # explicit mode
+        msgs = four_records(c)
         md = sharetx.share_group_metadata(c, s.group)
         zombie.begin_transaction()
         zombie.send_share_acknowledgements_to_transaction(acks_of(msgs[:2]), md)
@@ -278,11 +294,7 @@ def test_zombie_cannot_stage_a_later_call():
         fresh.commit_transaction(POLL)  # commits nothing of the zombie's
         sharetx.release_for_redelivery(c, msgs)
         c.poll(0.5)
-        s.closeables.remove(zombie)
-        try:
-            zombie.close(10)
-        except KafkaException as e2:
-            assert e2.args[0].fatal(), e2  # librdkafka aborts the open transaction on close: fenced
+        close_fenced(s, zombie)
         s.close_clients()
         left = s.left_for_fresh_member(QUIET)
         assert offsets(left) == offsets(msgs), "every record is still to be processed: none was acknowledged"
@@ -301,10 +313,7 @@ def test_zombie_window_between_touch_and_call():
         txn_id = unique("pzombie3")
         zombie = s.producer(txn_id)
         zombie.init_transactions(POLL)
-        msgs = []
-        while len(msgs) < 4:
-            msgs += poll_some(c)
-            assert len(msgs) == 4, "want the 4 records in one poll, got %d" % len(msgs)  # explicit mode
+        msgs = four_records(c)
         md = sharetx.share_group_metadata(c, s.group)
         fresh = s.producer(txn_id)
         real_touch = zombie._touch
@@ -327,11 +336,89 @@ def test_zombie_window_between_touch_and_call():
         sharetx.acknowledge_handed_over(c, msgs)
         c.poll(0.5)
         assert s.committed_outputs(QUIET) == [b"fresh"]
-        s.closeables.remove(zombie)
-        try:
-            zombie.close(10)
-        except KafkaException as e2:
-            assert e2.args[0].fatal(), e2
+        close_fenced(s, zombie)
+        s.close_clients()
+        assert s.left_for_fresh_member(QUIET) == [], "records left after the newer instance committed"
+
+
+def test_outputs_name_the_transaction_instead_of_a_touch():
+    """A transaction with outputs sends no touch record: the call names its first output (sharetx's
+    OutputRecord extension), which the sidecar saw written with the producer's ids, and the
+    transaction commits; a transaction with no output still touches. The output's own delivery
+    callback runs as before."""
+    with Setup(1, 2) as s:
+        c = s.consumer()
+        p = s.producer()
+        p.init_transactions(POLL)
+        touches = []
+        real_touch = p._touch
+
+        def counted_touch(deadline):  # type: ignore[no-untyped-def]
+            touches.append(1)
+            return real_touch(deadline)
+
+        p._touch = counted_touch  # type: ignore[method-assign]
+        md = sharetx.share_group_metadata(c, s.group)
+        msgs = []
+        while len(msgs) < 2:
+            msgs += poll_some(c)
+        reports = []
+        p.begin_transaction()
+        p.produce(s.output, key=b"k", value=b"out-1", on_delivery=lambda err, m: reports.append(err))
+        p.produce(s.output, key=b"k", value=b"out-2")
+        p.send_share_acknowledgements_to_transaction(acks_of(msgs[:1]), md)
+        assert touches == [], "a transaction with outputs touched"
+        assert reports == [None], "the first output's own delivery callback did not run once: %r" % reports
+        p.commit_transaction(POLL)
+        sharetx.acknowledge_handed_over(c, msgs[:1])
+        p.begin_transaction()  # no output: the touch
+        p.send_share_acknowledgements_to_transaction(acks_of(msgs[1:]), md)
+        assert touches == [1], "an acknowledgement-only transaction did not touch"
+        p.commit_transaction(POLL)
+        sharetx.acknowledge_handed_over(c, msgs[1:])
+        c.poll(0.5)
+        assert sorted(s.committed_outputs(QUIET)) == [b"out-1", b"out-2"]
+        s.close_clients()
+        assert s.left_for_fresh_member(QUIET) == [], "records left after both transactions committed"
+
+
+def test_zombie_window_between_output_and_call():
+    """test_zombie_window_between_touch_and_call with an output in place of the touch: the zombie's
+    first output is delivered just before a newer instance initialises, its call comes just after
+    and names that output, so the sidecar checks it against the ids the output was written with and
+    refuses it (PRODUCER_FENCED, fatal). The newer instance then stages the same records and
+    commits; the zombie's output is aborted with its transaction."""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        txn_id = unique("pzombie4")
+        zombie = s.producer(txn_id)
+        zombie.init_transactions(POLL)
+        msgs = four_records(c)
+        md = sharetx.share_group_metadata(c, s.group)
+        fresh = s.producer(txn_id)
+        real_output = zombie._output_ref
+
+        def output_then_newer_instance(deadline):  # type: ignore[no-untyped-def]
+            ref = real_output(deadline)
+            assert ref is not None, "the zombie's output was not named"
+            fresh.init_transactions(POLL)  # the newer instance, between the zombie's output and its call
+            return ref
+
+        zombie._output_ref = output_then_newer_instance  # type: ignore[method-assign]
+        zombie.begin_transaction()
+        zombie.produce(s.output, key=b"k", value=b"zombie")
+        with pytest.raises(KafkaException) as e:
+            zombie.send_share_acknowledgements_to_transaction(acks_of(msgs[:2]), md, timeout=30)
+        err = e.value.args[0]
+        assert err.fatal(), "the zombie's call in the window must be fenced, got %s" % err
+        fresh.begin_transaction()
+        fresh.produce(s.output, key=b"k", value=b"fresh")
+        fresh.send_share_acknowledgements_to_transaction(acks_of(msgs), md)  # none of them staged by the zombie
+        fresh.commit_transaction(POLL)
+        sharetx.acknowledge_handed_over(c, msgs)
+        c.poll(0.5)
+        assert s.committed_outputs(QUIET) == [b"fresh"]
+        close_fenced(s, zombie)
         s.close_clients()
         assert s.left_for_fresh_member(QUIET) == [], "records left after the newer instance committed"
 

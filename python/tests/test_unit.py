@@ -42,7 +42,8 @@ def _acks(offsets):
     return b.build()
 
 
-def test_request_bytes_are_the_go_codecs():
+def _go_request_parts():
+    """GO_REQUEST's partitions and acknowledgements."""
     p0 = sharetx.TopicIdPartition(None, 0, ID1)
     p3 = sharetx.TopicIdPartition(None, 3, ID1)
     q1 = sharetx.TopicIdPartition(None, 1, ID2)
@@ -50,8 +51,27 @@ def test_request_bytes_are_the_go_codecs():
                   (q1, 1000000, 3)])
     parts = [P.AckPartition(tip.topic_id, tip.partition, [(b.first_offset, b.last_offset, b.acknowledge_types)
                                                            for b in bs]) for tip, bs in acks.items()]
+    return parts
+
+
+def test_request_bytes_are_the_go_codecs():
+    parts = _go_request_parts()
     got = P.txn_share_acknowledge("txn-1", "group-a", -1, -1, "", -1, parts)
     assert got.hex() == GO_REQUEST
+
+
+def test_output_record_bytes_are_the_go_codecs():
+    """The OutputRecord extension (tag 10002: topic id, name, partition, offset), alone and after
+    TouchOffset, as kip1289.TxnShareAcknowledgeRequest.AppendTo encodes it."""
+    parts = _go_request_parts()
+    base = GO_REQUEST[:-2]  # the reference layout ends with no tagged fields (00)
+    got = P.txn_share_acknowledge("txn-1", "group-a", -1, -1, "", -1, parts, None,
+                                  P.OutputRef("results", ID2, 2, 4242))
+    assert got.hex() == base + "01924e24" + "ab" * 16 + "08726573756c7473" + "00000002" + "0000000000001092"
+    got = P.txn_share_acknowledge("txn-1", "group-a", -1, -1, "", -1, parts, 7,
+                                  P.OutputRef("results", None, 2, 4242))
+    assert got.hex() == (base + "02914e080000000000000007924e24" + "00" * 16 + "08726573756c7473" + "00000002"
+                         + "0000000000001092")
 
 
 def test_response_decodes_as_the_reference_client_reads_it():
