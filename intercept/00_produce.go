@@ -83,8 +83,9 @@ type produceTxnState struct {
 	producerID int64
 	epoch      int16
 	// outs are the request's partitions and how many records each holds,
-	// at most maxOutputParts of them: what the answer's offsets teach the
-	// ledger (a call may name one of its outputs, kip1289 OutputRecord).
+	// at most staging.MaxOutputPartitions of them: what the answer's
+	// offsets teach the ledger (a call may name one of its outputs,
+	// kip1289 OutputRecord).
 	outs []outPart
 }
 
@@ -95,10 +96,6 @@ type outPart struct {
 	partition int32
 	records   int64
 }
-
-// maxOutputParts bounds the partitions of one request whose answer is
-// learned (the ledger keeps as many per transaction).
-const maxOutputParts = 64
 
 // answered returns the output batches the broker accepted, with their
 // offsets, from the request's partitions and resp.
@@ -176,14 +173,14 @@ func produceTxn(body []byte, version int16) (produceTxnState, bool) {
 	var topicID [16]byte
 	var outs []outPart
 	h, err := proxy.WalkProduce(body, version, func(name string, id [16]byte) bool {
-		topic, topicID = name, id
+		topic, topicID = strings.Clone(name), id // once per topic: the body's buffer is reused
 		return true
 	}, func(p int32, recs []byte) bool {
 		if !read {
 			first, read = recs, true
 		}
-		if len(outs) < maxOutputParts {
-			outs = append(outs, outPart{topic: strings.Clone(topic), topicID: topicID, partition: p, records: batchRecords(recs)})
+		if len(outs) < staging.MaxOutputPartitions {
+			outs = append(outs, outPart{topic: topic, topicID: topicID, partition: p, records: batchRecords(recs)})
 		}
 		return true
 	})

@@ -178,7 +178,7 @@ func (l *Ledger) LearnOutputs(ident, txnID string, pid int64, epoch int16, outs 
 		if had && old.wroteBy == w {
 			continue // the transaction's first batch there is kept
 		}
-		if !had && len(t.outputs) >= maxOutputPartitions {
+		if !had && len(t.outputs) >= MaxOutputPartitions {
 			continue
 		}
 		t.outputs[k] = outputSeen{first: o.First, last: o.Last, wroteBy: w}

@@ -389,10 +389,11 @@ type outputSeen struct {
 	wroteBy
 }
 
-// maxOutputPartitions bounds the partitions whose first output batch the
-// ledger keeps per transaction; a call naming an output in another one is
-// answered as one naming an output it does not know (the client touches).
-const maxOutputPartitions = 64
+// MaxOutputPartitions bounds the partitions whose first output batch the
+// ledger keeps per transaction, and those the proxy reads of one Produce;
+// a call naming an output in another one is answered as one naming an
+// output it does not know (the client touches).
+const MaxOutputPartitions = 64
 
 // output returns the kept batch holding the record ref names, looked up by
 // topic id and by name (whichever the Produce used).

@@ -559,14 +559,14 @@ func TestOutputRecordFencesTheZombieWindow(t *testing.T) {
 	if code, _ := call(&kip1289.OutputRef{Topic: "out", Partition: 0, Offset: 31}, "User:app"); code != kerr.CoordinatorLoadInProgress.Code {
 		t.Fatalf("an output of an ended transaction: %v, want COORDINATOR_LOAD_IN_PROGRESS", kerr.ErrorForCode(code))
 	}
-	// Bounded: past maxOutputPartitions partitions nothing more is kept.
+	// Bounded: past MaxOutputPartitions partitions nothing more is kept.
 	var many []OutputBatch
-	for p := int32(0); p < maxOutputPartitions+10; p++ {
+	for p := int32(0); p < MaxOutputPartitions+10; p++ {
 		many = append(many, OutputBatch{Topic: "wide", Partition: p, First: 1, Last: 1})
 	}
 	e.LearnOutputs("User:app", "tx", 7, 3, many)
-	if n := len(e.txns["tx"].outputs); n != maxOutputPartitions {
-		t.Fatalf("%d output partitions kept, want %d", n, maxOutputPartitions)
+	if n := len(e.txns["tx"].outputs); n != MaxOutputPartitions {
+		t.Fatalf("%d output partitions kept, want %d", n, MaxOutputPartitions)
 	}
 	// A transaction another principal owns learns nothing from this one.
 	e.SetTxn("User:bob", "bobs", 8, 1)
