@@ -58,6 +58,9 @@ type Options struct {
 	Batches         []int         `json:"batches"`
 	Rounds          int           `json:"rounds"`
 	PipelineWorkers int           `json:"pipeline_workers"`
+	// Prefetch: the pipelines' share consumers fetch one fetch ahead
+	// (kgo.MaxConcurrentFetches(1)) as a consumer group's do.
+	Prefetch bool `json:"prefetch"`
 	// PipelineModes are the pipeline comparisons' modes (default
 	// pipelineModes; txn-seq may be added).
 	PipelineModes   []string      `json:"pipeline_modes,omitempty"`
@@ -125,6 +128,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.JavaRecords, "java-records", 150000, "records per ProducerPerformance / ShareConsumerPerformance run")
 	fs.BoolVar(&o.SkipJava, "skip-java", false, "skip everything Java (the perf tools and the java-eos section)")
 	fs.IntVar(&o.PipelineRecords, "pipeline-records", 100000, "input records of the consume-transform-produce runs (each run stops there or at --pipeline-duration)")
+	fs.BoolVar(&o.Prefetch, "prefetch", true, "the pipelines' Go share consumers fetch one fetch ahead of their polls (kgo.MaxConcurrentFetches(1)), as a consumer group's fetches run ahead; false: one fetch per poll")
 	fs.DurationVar(&o.PipelineDur, "pipeline-duration", 5*time.Second, "time limit of each consume-transform-produce run")
 	batches := fs.String("batches", "10,100,1000", "records per transaction (and per at-least-once poll)")
 	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds of every pipeline comparison (medians and their spread are reported)")

@@ -116,6 +116,11 @@ type pipelineOpts struct {
 	// few workers held the share partition's in-flight limit
 	// (group.share.partition.max.record.locks) while the others waited.
 	strict bool
+	// prefetch: with strict, the consumer still fetches one fetch ahead
+	// (kgo.MaxConcurrentFetches(1)): the next transaction's records are
+	// acquired while this one is produced and committed, as a consumer
+	// group's fetches run ahead of its polls.
+	prefetch bool
 	// stop, if set, ends the run when it returns true (checked per poll).
 	stop func() bool
 	// workerBS, if set, is where share-group worker w connects:
@@ -348,6 +353,9 @@ func (p *pipeRun) shareWorker(ctx context.Context, w int) error {
 	}
 	if o.strict {
 		copts = append(copts, kgo.ShareMaxRecordsStrict())
+		if o.prefetch {
+			copts = append(copts, kgo.MaxConcurrentFetches(1))
+		}
 	}
 	bs := o.bsOf(w)
 	consumer, err := newClient(bs, copts...)

@@ -568,8 +568,10 @@ func (b *bench) pipelines(ctx context.Context) {
 				// group's (PollRecords(batch) caps its polls): without it
 				// a share fetch acquires whole record batches and the
 				// transactions at 1000 held ~524 records (docs/benchmarks.md).
+				// prefetch (--prefetch): strict alone also stops kgo
+				// fetching ahead, which a consumer group does.
 				r, err := b.pipelineRun(ctx, pipelineOpts{mode: mode, in: in, batch: batch, workers: o.PipelineWorkers, partitions: o.Partitions,
-					target: int64(o.PipelineRecords), maxDur: o.PipelineDur, strict: true}, round)
+					target: int64(o.PipelineRecords), maxDur: o.PipelineDur, strict: true, prefetch: o.Prefetch}, round)
 				if err != nil {
 					b.fail(fmt.Sprintf("pipeline %s batch %d round %d", mode, batch, round+1), err)
 					continue
