@@ -32,7 +32,7 @@ func TestBenchOnCluster(t *testing.T) {
 		t.Logf("no java-eos section: %s", sim.JavaMissing())
 	}
 	o := Options{Seeds: seeds, Records: 1000, RecordSize: 256, Repeat: 1, Partitions: 2, PipelineWorkers: 2,
-		PipelineRecords: 6000, PipelineDur: 2 * time.Second, Batches: []int{1000}, Rounds: 1,
+		PipelineRecords: 6000, PipelineDur: 2 * time.Second, Batches: []int{1000}, Rounds: 1, Prefetch: true,
 		ScaleWorkers: []int{1, 8}, ScalePartitions: []int{1}, ScaleBatch: 50, ScaleProc: time.Millisecond,
 		ScaleDur: time.Second, ScaleWarm: time.Second, ScaleRounds: 1, ScaleRecords: 6000,
 		ScaleOutSidecars: []int{1, 2}, ScaleOutDur: 2 * time.Second, ScaleOutWarm: time.Second, ScaleOutRounds: 1,
