@@ -556,8 +556,12 @@ func (b *bench) pipelines(ctx context.Context) {
 		b.fail("pipeline input", err)
 		return
 	}
-	b.progress("pipelines: %d round(s) of %v at transactions of %v, %d worker(s) each, up to %d records or %s per run; exactly-once modes checked per input id",
-		o.Rounds, o.pipelineModes(), o.Batches, o.PipelineWorkers, o.PipelineRecords, o.PipelineDur)
+	fetching := "one fetch per poll"
+	if o.Prefetch {
+		fetching = "one fetch ahead"
+	}
+	b.progress("pipelines: %d round(s) of %v at transactions of %v, %d worker(s) each, up to %d records or %s per run, share consumers %s; exactly-once modes checked per input id",
+		o.Rounds, o.pipelineModes(), o.Batches, o.PipelineWorkers, o.PipelineRecords, o.PipelineDur, fetching)
 	for round := 0; round < o.Rounds; round++ {
 		for bi, batch := range o.Batches {
 			for _, mode := range rotated(o.pipelineModes(), round+bi) {
@@ -568,8 +572,6 @@ func (b *bench) pipelines(ctx context.Context) {
 				// group's (PollRecords(batch) caps its polls): without it
 				// a share fetch acquires whole record batches and the
 				// transactions at 1000 held ~524 records (docs/benchmarks.md).
-				// prefetch (--prefetch): strict alone also stops kgo
-				// fetching ahead, which a consumer group does.
 				r, err := b.pipelineRun(ctx, pipelineOpts{mode: mode, in: in, batch: batch, workers: o.PipelineWorkers, partitions: o.Partitions,
 					target: int64(o.PipelineRecords), maxDur: o.PipelineDur, strict: true, prefetch: o.Prefetch}, round)
 				if err != nil {
