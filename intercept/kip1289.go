@@ -70,6 +70,7 @@ type KIP1289 struct {
 	mEpochErrors prometheus.Counter
 	mSessionWait prometheus.Histogram
 	mShadowWrite *prometheus.CounterVec
+	mStage       *prometheus.HistogramVec
 	mRefused     prometheus.Counter
 	mFailures    *prometheus.CounterVec
 }
@@ -136,6 +137,9 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "ShareFetch/ShareAcknowledge responses to clients with INVALID_SHARE_SESSION_EPOCH; the proxy's epoch translation should keep this at 0."}),
 		mShadowWrite: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_writes_total",
 			Help: "Shadow records written for TxnShareAcknowledge calls, by path: rode (inside the client's own Produce of the transaction) or own (a Produce of the proxy's)."}, []string{"path"}),
+		mStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sharetx", Name: "stage_seconds",
+			Help:    "Where the proxy's time of each staged TxnShareAcknowledge went, by phase: validate (checking it against what the member acquired, reserving the offsets), wait_produce (a call that offered its shadow record to its transaction's Produce, waiting for one), write_rode (the Produce it rode in, to its answer), write_own (its shadow record's own write).",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"phase"}),
 		mRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_topic_writes_refused_total",
 			Help: "Partitions of the shadow topic in client Produce requests refused with TOPIC_AUTHORIZATION_FAILED: everything but a transaction's own touch record."}),
 		mFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "staging_failures_total",
@@ -145,7 +149,7 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mRefused, e.mFailures, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mStage, e.mRefused, e.mFailures, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e
@@ -214,6 +218,12 @@ func (e *KIP1289) stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 			path = "rode"
 		}
 		e.mShadowWrite.WithLabelValues(path).Inc()
+		ph := staged.Phases
+		e.mStage.WithLabelValues("validate").Observe(ph.Validate.Seconds())
+		if req.RideProduce {
+			e.mStage.WithLabelValues("wait_produce").Observe(ph.WaitProduce.Seconds())
+		}
+		e.mStage.WithLabelValues("write_" + path).Observe(ph.Write.Seconds())
 	}
 	return e.count(resp)
 }

@@ -181,28 +181,39 @@ func announced(ctx context.Context) *Ride {
 	return r
 }
 
-// ride offers rec to a Produce of the call's transaction; rode is false
-// when none carried it (write it on its own).
-func (s *Stager) ride(ctx context.Context, call *Call, rec *ShadowRecord, prefer int32) (part int32, off int64, err error, rode bool) {
+// rideResult is what ride did with a call's record: rode is false when no
+// Produce carried it (write it on its own); waited is how long the call
+// waited for a Produce, write how long the one it rode in took.
+type rideResult struct {
+	part          int32
+	off           int64
+	err           error
+	rode          bool
+	waited, write time.Duration
+}
+
+// ride offers rec to a Produce of the call's transaction.
+func (s *Stager) ride(ctx context.Context, call *Call, rec *ShadowRecord, prefer int32) rideResult {
 	r := announced(ctx)
 	if _, ok := s.writer.(*Writer); !ok || s.partitions < 2 {
 		if r != nil {
 			s.withdraw(r)
 		}
-		return 0, 0, nil, false
+		return rideResult{}
 	}
 	if r == nil {
 		r = newRide(call.txnID)
 		s.mu.Lock()
 		if s.rides[r.txnID] != nil {
 			s.mu.Unlock()
-			return 0, 0, nil, false // another call of the transaction is waiting
+			return rideResult{} // another call of the transaction is waiting
 		}
 		s.rides[r.txnID] = r
 		s.mu.Unlock()
 	}
 	r.filled, r.pid, r.epoch, r.rec, r.prefer = true, call.producerID, call.epoch, rec, prefer
 	r.avoid, r.caller = TouchPartitionFor(call.txnID, s.partitions), ctx.Value(callerKey{})
+	start := time.Now()
 	r.markReady()
 	t := time.NewTimer(RideWait)
 	defer t.Stop()
@@ -220,33 +231,37 @@ func (s *Stager) ride(ctx context.Context, call *Call, rec *ShadowRecord, prefer
 	case <-idle:
 	case <-ctx.Done():
 	}
+	took := time.Now()
 	if r.taken.CompareAndSwap(false, true) { // withdrawn: nothing took it
 		s.withdraw(r)
-		return 0, 0, nil, false
+		return rideResult{waited: took.Sub(start)}
 	}
 	res := r.res
+	rode := func(off int64, err error) rideResult {
+		return rideResult{part: res.Partition, off: off, err: err, rode: true, waited: took.Sub(start), write: time.Since(took)}
+	}
 	var o RideOutcome
 	select {
 	case o = <-r.out:
 	case <-ctx.Done():
 		res.Unknown()
-		return res.Partition, -1, &WriteError{Topic: res.Topic, Partition: res.Partition, Err: fmt.Errorf("%w: the Produce it rode on was not answered", ErrOutcomeUnknown)}, true
+		return rode(-1, &WriteError{Topic: res.Topic, Partition: res.Partition, Err: fmt.Errorf("%w: the Produce it rode on was not answered", ErrOutcomeUnknown)})
 	}
 	if o.NotSent {
 		res.Cancel()
-		return 0, 0, nil, false
+		return rideResult{waited: took.Sub(start)}
 	}
 	if o.Code == 0 {
 		res.Done()
-		return res.Partition, o.Offset, nil, true
+		return rode(o.Offset, nil)
 	}
 	kerrv := kerr.ErrorForCode(o.Code)
 	if retriable(kerrv) {
 		off, err := res.Retry(ctx)
-		return res.Partition, off, err, true
+		return rode(off, err)
 	}
 	res.settle(kerrv)
-	return res.Partition, -1, &WriteError{Topic: res.Topic, Partition: res.Partition, Err: kerrv, Message: o.Msg}, true
+	return rode(-1, &WriteError{Topic: res.Topic, Partition: res.Partition, Err: kerrv, Message: o.Msg})
 }
 
 // InFlight, when set, returns a channel closed once no Produce of the

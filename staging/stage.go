@@ -93,9 +93,18 @@ func NewStager(ledger *Ledger, w ShadowWriter, partitions int32, proxyID string,
 // Staged is a call the Stager staged: where its shadow record is, to be
 // resolved by the record's transaction marker (markers.Resolver).
 type Staged struct {
-	Loc  Loc
-	Call *Call
-	Rode bool // the shadow record rode in the client's Produce (ride.go)
+	Loc    Loc
+	Call   *Call
+	Rode   bool // the shadow record rode in the client's Produce (ride.go)
+	Phases StagePhases
+}
+
+// StagePhases is where a staged call's time went in the proxy (the
+// sharetx_stage_seconds histogram).
+type StagePhases struct {
+	Validate    time.Duration // checking the call against the ledger, reserving its offsets
+	WaitProduce time.Duration // a RideProduce call waiting for its transaction's Produce (0 otherwise)
+	Write       time.Duration // the shadow record's write: the Produce it rode in, or a write of its own
 }
 
 // Stage answers a TxnShareAcknowledge from principal ident: all or
@@ -105,10 +114,13 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	if r := announced(ctx); r != nil {
 		defer s.withdraw(r) // whatever became of the call, it offers nothing after it
 	}
+	var ph StagePhases
+	start := time.Now()
 	resp, call := l.validateAndReserve(req, ident)
 	if resp != nil {
 		return resp, nil
 	}
+	ph.Validate = time.Since(start)
 	rec := &ShadowRecord{
 		Version: SignedShadowVersion, ProxyID: s.proxyID, TransactionalID: call.txnID,
 		ProducerID: call.producerID, ProducerEpoch: call.epoch, GroupID: req.GroupID, MemberID: call.member,
@@ -119,11 +131,15 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	var err error
 	rode := false
 	if req.RideProduce {
-		part, off, err, rode = s.ride(ctx, call, rec, part)
+		r := s.ride(ctx, call, rec, part)
+		part, off, err, rode = r.part, r.off, r.err, r.rode
+		ph.WaitProduce, ph.Write = r.waited, r.write
 	}
 	if !rode {
 		part = ShadowPartitionFor(call.txnID, s.partitions)
+		w := time.Now()
 		off, err = s.writer.Write(ctx, call.txnID, call.producerID, call.epoch, part, rec)
+		ph.Write = time.Since(w)
 	}
 	if err != nil {
 		l.unstage(call)
@@ -135,7 +151,7 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	}
 	loc := Loc{int64(part), off}
 	l.markPending(call, loc, rec)
-	return okResponse(req), &Staged{Loc: loc, Call: call, Rode: rode}
+	return okResponse(req), &Staged{Loc: loc, Call: call, Rode: rode, Phases: ph}
 }
 
 // MarkFresh tells the shadow writer that the coordinator just gave

@@ -135,6 +135,10 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 	add("proxy: ShareAcknowledge request work", "sharetx_intercept_seconds", `api="ShareAcknowledge"`, `direction="request"`)
 	add("proxy: Produce request work", "sharetx_intercept_seconds", `api="Produce"`, `direction="request"`)
 	add("proxy: commit → applied", "sharetx_commit_to_applied_seconds")
+	add("proxy: stage: validate", "sharetx_stage_seconds", `phase="validate"`)
+	add("proxy: stage: wait for the outputs' Produce", "sharetx_stage_seconds", `phase="wait_produce"`)
+	add("proxy: stage: the Produce it rode in", "sharetx_stage_seconds", `phase="write_rode"`)
+	add("proxy: stage: shadow write of its own", "sharetx_stage_seconds", `phase="write_own"`)
 	for _, path := range []string{"rode", "own"} {
 		series := `sharetx_shadow_writes_total{path="` + path + `"}`
 		if n := after[series] - before[series]; n > 0 {
@@ -211,7 +215,12 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 	if len(names) == 0 {
 		return
 	}
-	slices.SortStableFunc(names, func(a, b string) int { return budgetRank(a) - budgetRank(b) })
+	slices.SortFunc(names, func(a, b string) int { // by rank, then by name: the same order every run
+		if d := budgetRank(a) - budgetRank(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 	fmt.Fprintln(w, "\nper-transaction time budget: p50 / p99 ms (× per transaction, for requests), medians of the rounds")
 	for _, batch := range batches {
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
@@ -244,15 +253,21 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 	fmt.Fprintln(w, "(the loop's phases are timed in the worker; req: every request of the run's clients, write to response, kgo's HookBrokerE2E — an EndTxn retried on CONCURRENT_TRANSACTIONS counts twice, a Produce ≥ 20 ms likely met the broker's own 20 ms retry; proxy: its histograms' deltas over the run)")
 }
 
-// budgetRank orders a budget's lines: the phases, the requests, the proxy.
+// budgetRank orders a budget's lines: the phases in a transaction's
+// order, the requests, the proxy.
 func budgetRank(name string) int {
 	switch {
 	case strings.HasPrefix(name, "req "):
-		return 1
+		return 10
 	case strings.HasPrefix(name, "proxy:"):
-		return 2
+		return 11
 	}
-	return 0
+	for i, p := range []string{"wait for records", "send outputs", "produce outputs", "stage", "End"} {
+		if strings.HasPrefix(name, p) {
+			return i
+		}
+	}
+	return 5
 }
 
 // medianItem is the median over the rounds of mode at batch of one line.

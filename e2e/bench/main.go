@@ -128,7 +128,7 @@ func mainRun(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.JavaRecords, "java-records", 150000, "records per ProducerPerformance / ShareConsumerPerformance run")
 	fs.BoolVar(&o.SkipJava, "skip-java", false, "skip everything Java (the perf tools and the java-eos section)")
 	fs.IntVar(&o.PipelineRecords, "pipeline-records", 100000, "input records of the consume-transform-produce runs (each run stops there or at --pipeline-duration)")
-	fs.BoolVar(&o.Prefetch, "prefetch", true, "the pipelines' Go share consumers fetch one fetch ahead of their polls (kgo.MaxConcurrentFetches(1)), as a consumer group's fetches run ahead; false: one fetch per poll")
+	fs.BoolVar(&o.Prefetch, "prefetch", true, "the pipelines' Go share consumers fetch one fetch ahead of their polls (kgo.MaxConcurrentFetches(1)), as a consumer group's fetches run ahead; false: one fetch per poll (the scaling and scale-out runs always fetch once per poll: record locks)")
 	fs.DurationVar(&o.PipelineDur, "pipeline-duration", 5*time.Second, "time limit of each consume-transform-produce run")
 	batches := fs.String("batches", "10,100,1000", "records per transaction (and per at-least-once poll)")
 	fs.IntVar(&o.Rounds, "rounds", 3, "interleaved rounds of every pipeline comparison (medians and their spread are reported)")

@@ -94,7 +94,7 @@ func TestBenchOnCluster(t *testing.T) {
 		want := []string{"wait for records", "req Produce"}
 		switch r.Mode {
 		case modeTxn:
-			want = append(want, "stage (TxnShareAcknowledge)", "req TxnShareAcknowledge", "req EndTxn", "proxy: commit → applied", "proxy: ShareFetch response work")
+			want = append(want, "stage (TxnShareAcknowledge)", "req TxnShareAcknowledge", "req EndTxn", "proxy: commit → applied", "proxy: ShareFetch response work", "proxy: stage: validate")
 		case modeGroupEOS:
 			want = append(want, "End (flush, offsets, EndTxn)", "req TxnOffsetCommit")
 		}
