@@ -71,6 +71,7 @@ type KIP1289 struct {
 	mSessionWait prometheus.Histogram
 	mShadowWrite *prometheus.CounterVec
 	mStage       *prometheus.HistogramVec
+	mRideMiss    *prometheus.CounterVec
 	mRefused     prometheus.Counter
 	mFailures    *prometheus.CounterVec
 }
@@ -140,6 +141,8 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 		mStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sharetx", Name: "stage_seconds",
 			Help:    "Where the proxy's time of each staged TxnShareAcknowledge went, by phase: validate (checking it against what the member acquired, reserving the offsets), wait_produce (a call that offered its shadow record to its transaction's Produce, waiting for one), write_rode (the Produce it rode in, to its answer), write_own (its shadow record's own write).",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"phase"}),
+		mRideMiss: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "ride_misses_total",
+			Help: "TxnShareAcknowledge calls that offered their shadow record to their transaction's Produce (design.md §4.4) and were not carried, by reason. Seen from the Produce: not_ready (the call was not validated in time), no_partition (no shadow partition led by its broker could take the batch now), other (another producer epoch, the call's own connection). Seen from the call, which then wrote on its own: produce_first (the outputs' Produce passed before the call), no_produce (none came in time; a Produce counted above comes first), not_sent."}, []string{"reason"}),
 		mRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_topic_writes_refused_total",
 			Help: "Partitions of the shadow topic in client Produce requests refused with TOPIC_AUTHORIZATION_FAILED: everything but a transaction's own touch record."}),
 		mFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "staging_failures_total",
@@ -149,7 +152,7 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mStage, e.mRefused, e.mFailures, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mStage, e.mRideMiss, e.mRefused, e.mFailures, newSizesCollector(e))
 	}
 	go e.renewLoop()
 	return e
@@ -224,6 +227,9 @@ func (e *KIP1289) stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeReq
 			e.mStage.WithLabelValues("wait_produce").Observe(ph.WaitProduce.Seconds())
 		}
 		e.mStage.WithLabelValues("write_" + path).Observe(ph.Write.Seconds())
+		if ph.Miss != "" {
+			e.mRideMiss.WithLabelValues(ph.Miss).Inc()
+		}
 	}
 	return e.count(resp)
 }

@@ -39,8 +39,11 @@ func (e *KIP1289) rideOn(r *proxy.Request, t produceTxnState) (*proxy.Action, *r
 	if _, _, ok := e.shadowTopicID(); !ok {
 		return nil, nil // (a request naming the shadow topic never gets here: shadowWrites took it)
 	}
-	ride := s.TakeRide(t.txnID, t.producerID, t.epoch, r.Conn.Node(), r.Conn)
+	ride, miss := s.TakeRide(t.txnID, t.producerID, t.epoch, r.Conn.Node(), r.Conn)
 	if ride == nil {
+		if miss != "" {
+			e.mRideMiss.WithLabelValues(miss).Inc()
+		}
 		return nil, nil
 	}
 	out, ok := spliceProduceTopic(body, r.Version, ride.Reservation())

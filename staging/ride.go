@@ -124,47 +124,76 @@ func (s *Stager) Waiting(txnID string) bool {
 // conn is the Produce's connection: responses go out in request order, so
 // a Produce on the call's own connection would be answered only after the
 // call, which waits for it.
-func (s *Stager) TakeRide(txnID string, pid int64, epoch int16, node int32, conn any) *Ride {
+//
+// When it returns nil for a waiting call, miss says why (a RideMiss
+// reason); "" when no call waited.
+func (s *Stager) TakeRide(txnID string, pid int64, epoch int16, node int32, conn any) (ride *Ride, miss string) {
 	w, ok := s.writer.(*Writer)
 	if !ok {
-		return nil
+		return nil, ""
 	}
 	s.mu.Lock()
 	r := s.rides[txnID]
 	s.mu.Unlock()
 	if r == nil {
-		return nil
+		return nil, ""
 	}
 	t := time.NewTimer(RideReadyWait)
 	select {
 	case <-r.ready:
 		t.Stop()
 	case <-t.C:
-		return nil
+		return nil, MissNotReady
 	}
-	if !r.filled || r.pid != pid || r.epoch != epoch || (r.caller != nil && r.caller == conn) {
-		return nil
+	if !r.filled {
+		return nil, "" // withdrawn: it offers nothing
+	}
+	if r.pid != pid || r.epoch != epoch || (r.caller != nil && r.caller == conn) {
+		return nil, MissOther
 	}
 	s.mu.Lock()
 	if s.rides[txnID] != r {
 		s.mu.Unlock()
-		return nil // taken by another Produce, or withdrawn
+		return nil, "" // taken by another Produce, or withdrawn
 	}
 	delete(s.rides, txnID)
 	s.mu.Unlock()
 	res, ok := w.Reserve(txnID, pid, epoch, node, r.prefer, r.avoid, r.rec)
 	if !ok {
 		s.putBack(r)
-		return nil
+		return nil, MissNoPartition
 	}
 	r.res = res
 	if !r.taken.CompareAndSwap(false, true) { // the call gave up meanwhile
 		res.Cancel()
-		return nil
+		return nil, ""
 	}
 	close(r.took)
-	return r
+	return r, ""
 }
+
+// Why a Produce did not carry a waiting call's shadow record, or a call
+// that offered a ride was not carried (sharetx_ride_misses_total).
+const (
+	// MissNotReady: the call was not validated within RideReadyWait of
+	// the Produce's arrival.
+	MissNotReady = "not_ready"
+	// MissNoPartition: no shadow partition led by the Produce's broker
+	// could take the batch now (another write of the producer to it
+	// unsettled, or its sequence unknown).
+	MissNoPartition = "no_partition"
+	// MissOther: another producer id or epoch, or the call's own
+	// connection.
+	MissOther = "other"
+	// MissProduceFirst: the transaction's Produce passed before the call
+	// was announced; the call wrote on its own once it was answered.
+	MissProduceFirst = "produce_first"
+	// MissNoProduce: no Produce of the transaction took the ride within
+	// RideWait.
+	MissNoProduce = "no_produce"
+	// MissNotSent: the Produce that took it was not sent with it.
+	MissNotSent = "not_sent"
+)
 
 // putBack returns an untaken ride to the table (another Produce may take it).
 func (s *Stager) putBack(r *Ride) {
@@ -190,6 +219,7 @@ type rideResult struct {
 	err           error
 	rode          bool
 	waited, write time.Duration
+	miss          string // why it did not ride, when it offered and waited (a Miss reason)
 }
 
 // ride offers rec to a Produce of the call's transaction.
@@ -225,16 +255,19 @@ func (s *Stager) ride(ctx context.Context, call *Call, rec *ShadowRecord, prefer
 		// concurrent first writes), unless a later Produce takes the ride.
 		idle = f(call.txnID, call.producerID, call.epoch)
 	}
+	miss := ""
 	select {
 	case <-r.took:
 	case <-t.C:
+		miss = MissNoProduce
 	case <-idle:
+		miss = MissProduceFirst
 	case <-ctx.Done():
 	}
 	took := time.Now()
 	if r.taken.CompareAndSwap(false, true) { // withdrawn: nothing took it
 		s.withdraw(r)
-		return rideResult{waited: took.Sub(start)}
+		return rideResult{waited: took.Sub(start), miss: miss}
 	}
 	res := r.res
 	rode := func(off int64, err error) rideResult {
@@ -249,7 +282,7 @@ func (s *Stager) ride(ctx context.Context, call *Call, rec *ShadowRecord, prefer
 	}
 	if o.NotSent {
 		res.Cancel()
-		return rideResult{waited: took.Sub(start)}
+		return rideResult{waited: took.Sub(start), miss: MissNotSent}
 	}
 	if o.Code == 0 {
 		res.Done()

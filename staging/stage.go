@@ -102,6 +102,7 @@ type Staged struct {
 // StagePhases is where a staged call's time went in the proxy (the
 // sharetx_stage_seconds histogram).
 type StagePhases struct {
+	Miss        string        // a RideProduce call that did not ride: why (a Miss reason; "" if it rode or not known)
 	Validate    time.Duration // checking the call against the ledger, reserving its offsets
 	WaitProduce time.Duration // a RideProduce call waiting for its transaction's Produce (0 otherwise)
 	Write       time.Duration // the shadow record's write: the Produce it rode in, or a write of its own
@@ -133,7 +134,7 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	if req.RideProduce {
 		r := s.ride(ctx, call, rec, part)
 		part, off, err, rode = r.part, r.off, r.err, r.rode
-		ph.WaitProduce, ph.Write = r.waited, r.write
+		ph.WaitProduce, ph.Write, ph.Miss = r.waited, r.write, r.miss
 	}
 	if !rode {
 		part = ShadowPartitionFor(call.txnID, s.partitions)

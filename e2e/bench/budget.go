@@ -145,6 +145,12 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 			b["proxy: shadow records "+map[string]string{"rode": "riding the outputs' Produce", "own": "written on their own"}[path]] = budgetItem{PerTxn: n / float64(txns)}
 		}
 	}
+	for _, reason := range []string{"not_ready", "no_partition", "other", "produce_first", "no_produce", "not_sent"} {
+		series := `sharetx_ride_misses_total{reason="` + reason + `"}`
+		if n := after[series] - before[series]; n > 0 {
+			b["proxy: ride missed: "+reason] = budgetItem{PerTxn: n / float64(txns)}
+		}
+	}
 	for _, path := range []string{"fetch", "request"} {
 		series := `sharetx_own_acknowledgements_total{path="` + path + `"}`
 		if n := after[series] - before[series]; n > 0 {
@@ -155,7 +161,7 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 
 // countRow: a budget line that counts per transaction and times nothing.
 func countRow(name string) bool {
-	return strings.HasPrefix(name, "proxy: shadow records") || strings.HasPrefix(name, "proxy: own acks")
+	return strings.HasPrefix(name, "proxy: shadow records") || strings.HasPrefix(name, "proxy: own acks") || strings.HasPrefix(name, "proxy: ride missed")
 }
 
 // histogramWhere is histogram for the series of name whose labels include
