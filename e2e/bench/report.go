@@ -108,9 +108,16 @@ func computeGoals(r *Results) []goal {
 		s := ratioSpread(r.Pipeline, kb(modeTxn), kb(modeGroupEOS))
 		g := mkGoal(fmt.Sprintf("share_eos_vs_group_eos_at_%d", batch), s.Median*100, 100, "%", true, fmt.Sprintf("no %d-record pipeline rounds of both modes", batch))
 		if s.N > 0 {
-			addContext(&g, "median of %d rounds of txn (share-group EOS through sharetx, %d workers) / group-eos (consumer group + sendOffsetsToTransaction, direct, %d workers) on %d partitions, transactions of %d: %s; records/s txn %s, group-eos %s",
+			avg := func(mode string) float64 {
+				var xs []float64
+				for _, v := range byRound(r.Pipeline, kb(mode), func(p *pipelineResult) float64 { return p.AvgBatch }) {
+					xs = append(xs, v)
+				}
+				return spreadOf(xs).Median
+			}
+			addContext(&g, "median of %d rounds of txn (share-group EOS through sharetx, %d workers) / group-eos (consumer group + sendOffsetsToTransaction, direct, %d workers) on %d partitions, transactions of up to %d: %s; records/s txn %s, group-eos %s; records per transaction txn %.0f, group-eos %.0f",
 				s.N, r.Options.PipelineWorkers, r.Options.PipelineWorkers, r.Options.Partitions, batch, s.format(pct0),
-				rateSpread(r.Pipeline, kb(modeTxn)).format(f0), rateSpread(r.Pipeline, kb(modeGroupEOS)).format(f0))
+				rateSpread(r.Pipeline, kb(modeTxn)).format(f0), rateSpread(r.Pipeline, kb(modeGroupEOS)).format(f0), avg(modeTxn), avg(modeGroupEOS))
 			judged(&g, s, 100)
 		}
 		gs = append(gs, g)
