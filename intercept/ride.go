@@ -51,7 +51,7 @@ func (e *KIP1289) rideOn(r *proxy.Request, t produceTxnState) (*proxy.Action, *r
 		ride.Finish(staging.RideOutcome{NotSent: true})
 		return nil, nil
 	}
-	return &proxy.Action{Body: out}, &rideState{txn: t, ride: ride}
+	return &proxy.Action{Body: out, BodyPooled: true}, &rideState{txn: t, ride: ride}
 }
 
 // spliceProduceTopic returns a flexible (v12+) Produce request body with
@@ -66,7 +66,7 @@ func spliceProduceTopic(body []byte, version int16, res *staging.Reservation) ([
 	if w <= 0 || n == 0 { // a null topics array cannot be
 		return nil, false
 	}
-	out := make([]byte, 0, len(body)+len(res.Batch)+64)
+	out := proxy.NewBuffer(len(body) + len(res.Batch) + 64)
 	out = append(out, body[:pos]...)
 	out = binary.AppendUvarint(out, n+1) // one more topic
 	if version >= 13 {

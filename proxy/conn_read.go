@@ -155,8 +155,19 @@ func (c *conn) readClient() {
 			}
 			p.state = act.state
 			if act.Body != nil {
-				frame = rebuildFrame(frame[:hdr.BodyOffset], act.Body)
-				recycle = false
+				nf := rebuildFrame(frame[:hdr.BodyOffset], act.Body)
+				if act.BodyPooled {
+					putFrameBuf(act.Body)
+					if recycle {
+						// A hook that keeps nothing and built its body
+						// in a buffer of its own: no part of the frame
+						// is left anywhere. (Other new bodies may be
+						// encodings of a request decoded from the
+						// frame, whose state keeps parts of it.)
+						putFrameBuf(frame)
+					}
+				}
+				frame, recycle = nf, true // the new frame is the transport's alone
 			}
 		}
 		err = c.send(frame, p, expectResponse)
@@ -228,9 +239,10 @@ func (c *conn) handleLocal(p *pending, act Action, enqueued bool) bool {
 	return enqueued || c.enqueue(p)
 }
 
-// rebuildFrame joins a request header (with its size prefix) and a new body.
+// rebuildFrame joins a request header (with its size prefix) and a new body,
+// in a buffer of the frame pool.
 func rebuildFrame(header, body []byte) []byte {
-	f := make([]byte, 0, len(header)+len(body))
+	f := getFrameBuf(len(header) + len(body))[:0]
 	f = append(f, header...)
 	f = append(f, body...)
 	binary.BigEndian.PutUint32(f, uint32(len(f)-4))

@@ -3,12 +3,14 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -460,6 +462,81 @@ func TestHookRunsAfterItsPlaceInOrder(t *testing.T) {
 		}
 		if got := int32(binary.BigEndian.Uint32(fr[4:])); got != want {
 			t.Fatalf("response with correlation id %d, want %d", got, want)
+		}
+	}
+}
+
+// renameFilter rewrites every Metadata request's topic names ("a-N" to
+// "b-N") into a body of the frame pool (Action.BodyPooled), keeping
+// nothing of the frame: the transport copies the body into a pooled frame
+// and returns both the body and the old frame to the pool.
+type renameFilter struct{ fakeFilter }
+
+func (f *renameFilter) Register(h *Hooks) {
+	On(h, kmsg.Metadata, func(r *Request) (Action, *int) {
+		req := kmsg.NewPtrMetadataRequest()
+		req.Version = r.Version
+		if err := req.ReadFrom(r.Body()); err != nil {
+			return Action{}, nil
+		}
+		for i := range req.Topics {
+			if n := req.Topics[i].Topic; n != nil {
+				s := "b" + strings.TrimPrefix(*n, "a")
+				req.Topics[i].Topic = &s
+			}
+		}
+		return Action{Body: req.AppendTo(NewBuffer(len(r.Body()) + 16)), BodyPooled: true}, nil
+	}, func(*int, *kmsg.MetadataResponse) bool { return false })
+	h.KeepsNothing(kmsg.Metadata)
+}
+
+// TestPooledBodyReachesUpstream: a hook's new body built in a pooled
+// buffer reaches the broker as it was built, request after request, while
+// the transport recycles those buffers and the frames they replace (each
+// answer names its own request's renamed topics, of growing sizes, so a
+// buffer reused too early would show).
+func TestPooledBodyReachesUpstream(t *testing.T) {
+	f := &renameFilter{fakeFilter: *newFakeFilter(95)}
+	s, _ := startTestProxyWith(t, nil, func(FilterContext) (Filter, error) { return f, nil })
+	c, err := net.Dial("tcp", s.BootstrapAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	for i := 0; i < 200; i++ {
+		md := kmsg.NewPtrMetadataRequest()
+		md.Version = 9
+		var want []string
+		for j := 0; j < 1+i%40; j++ {
+			name := fmt.Sprintf("a-%d-%d-%s", i, j, strings.Repeat("x", 100*(i%7)))
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = &name
+			md.Topics = append(md.Topics, rt)
+			want = append(want, "b"+strings.TrimPrefix(name, "a"))
+		}
+		if _, err := c.Write(frameOf(md, int32(i), "c")); err != nil {
+			t.Fatal(err)
+		}
+		fr, err := ReadFrame(c, 1<<24)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp := kmsg.NewPtrMetadataResponse()
+		resp.Version = 9
+		if err := resp.ReadFrom(fr[9:]); err != nil { // size, correlation id, tagged fields (flexible header)
+			t.Fatalf("request %d: %v", i, err)
+		}
+		var got []string
+		for _, rt := range resp.Topics {
+			if rt.Topic != nil {
+				got = append(got, *rt.Topic)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("request %d: the broker answered for %v, want %v", i, got, want)
 		}
 	}
 }

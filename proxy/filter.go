@@ -72,6 +72,11 @@ func (r *Request) Body() []byte { return r.Frame[r.BodyOffset:] }
 type Action struct {
 	// Body replaces the request body (the header is kept).
 	Body []byte
+	// BodyPooled: Body came from NewBuffer and nothing else refers to it;
+	// the transport returns it to the pool once it copied it, and the
+	// request's frame too when the key's hooks keep nothing of it
+	// (Hooks.KeepsNothing).
+	BodyPooled bool
 	// Local answers the request now; nothing is forwarded.
 	Local kmsg.Response
 	// Async answers the request later, off the connection's read loop;

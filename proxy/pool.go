@@ -46,3 +46,7 @@ func putFrameBuf(b []byte) {
 	b = b[:0]
 	framePools[bits.Len(uint(c))-1].Put(&b)
 }
+
+// NewBuffer returns an empty buffer of capacity at least n from the frame
+// pool (not zeroed), for a request hook's new body (Action.BodyPooled).
+func NewBuffer(n int) []byte { return getFrameBuf(n)[:0] }
