@@ -338,13 +338,7 @@ func TestProxyNamesNoAPIKey(t *testing.T) {
 // ApiVersions too new is answered at v0.
 func TestDispatchThroughProxy(t *testing.T) {
 	f := newFakeFilter(95)
-	s, _ := startTestProxyWith(t, nil, func(FilterContext) (Filter, error) { return f, nil })
-	c, err := net.Dial("tcp", s.BootstrapAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c := dialFiltered(t, nil, f, 20*time.Second)
 
 	produce := kmsg.NewPtrProduceRequest()
 	produce.Version, produce.Acks, produce.TimeoutMillis = 7, 0, 1000
@@ -425,14 +419,7 @@ func (f *parkFilter) Register(h *Hooks) {
 // hook having run, and is hooked and answered once they are.
 func TestHookRunsAfterItsPlaceInOrder(t *testing.T) {
 	f := &parkFilter{release: make(chan struct{}), versions: make(chan struct{})}
-	s, _ := startTestProxyWith(t, func(c *configs.Config) { c.Limits.MaxInFlight = 1 },
-		func(FilterContext) (Filter, error) { return f, nil })
-	c, err := net.Dial("tcp", s.BootstrapAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
+	c := dialFiltered(t, func(c *configs.Config) { c.Limits.MaxInFlight = 1 }, f, 30*time.Second)
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 9
 	av := kmsg.NewPtrApiVersionsRequest()
@@ -497,13 +484,7 @@ func (f *renameFilter) Register(h *Hooks) {
 // buffer reused too early would show).
 func TestPooledBodyReachesUpstream(t *testing.T) {
 	f := &renameFilter{fakeFilter: *newFakeFilter(95)}
-	s, _ := startTestProxyWith(t, nil, func(FilterContext) (Filter, error) { return f, nil })
-	c, err := net.Dial("tcp", s.BootstrapAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c := dialFiltered(t, nil, f, 20*time.Second)
 	for i := 0; i < 200; i++ {
 		md := kmsg.NewPtrMetadataRequest()
 		md.Version = 9
@@ -539,4 +520,19 @@ func TestPooledBodyReachesUpstream(t *testing.T) {
 			t.Fatalf("request %d: the broker answered for %v, want %v", i, got, want)
 		}
 	}
+}
+
+// dialFiltered starts a proxy (configured by mod) with filter f in front of
+// kfake and returns a raw connection to it, with a deadline of d; closed at
+// the test's end.
+func dialFiltered(t *testing.T, mod func(*configs.Config), f Filter, d time.Duration) net.Conn {
+	t.Helper()
+	s, _ := startTestProxyWith(t, mod, func(FilterContext) (Filter, error) { return f, nil })
+	c, err := net.Dial("tcp", s.BootstrapAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(d))
+	return c
 }

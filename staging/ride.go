@@ -125,8 +125,8 @@ func (s *Stager) Waiting(txnID string) bool {
 // a Produce on the call's own connection would be answered only after the
 // call, which waits for it.
 //
-// When it returns nil for a waiting call, miss says why (a RideMiss
-// reason); "" when no call waited.
+// When it returns nil for a waiting call, miss says why (one of the Miss
+// reasons below); "" when no call waited or it was withdrawn.
 func (s *Stager) TakeRide(txnID string, pid int64, epoch int16, node int32, conn any) (ride *Ride, miss string) {
 	w, ok := s.writer.(*Writer)
 	if !ok {

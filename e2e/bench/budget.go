@@ -145,10 +145,14 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 			b["proxy: shadow records "+map[string]string{"rode": "riding the outputs' Produce", "own": "written on their own"}[path]] = budgetItem{PerTxn: n / float64(txns)}
 		}
 	}
-	for _, reason := range []string{"not_ready", "no_partition", "other", "produce_first", "no_produce", "not_sent"} {
-		series := `sharetx_ride_misses_total{reason="` + reason + `"}`
+	const missPrefix = `sharetx_ride_misses_total{reason="`
+	for series := range after { // every reason the proxy counted (staging's Miss constants)
+		reason, ok := strings.CutPrefix(series, missPrefix)
+		if !ok {
+			continue
+		}
 		if n := after[series] - before[series]; n > 0 {
-			b["proxy: ride missed: "+reason] = budgetItem{PerTxn: n / float64(txns)}
+			b["proxy: ride missed: "+strings.TrimSuffix(reason, `"}`)] = budgetItem{PerTxn: n / float64(txns)}
 		}
 	}
 	for _, path := range []string{"fetch", "request"} {

@@ -212,3 +212,21 @@ func TestCountRanges(t *testing.T) {
 		t.Fatalf("countRanges = %d, want 4", got)
 	}
 }
+
+// The ride misses the proxy counted become count lines of the budget, one
+// per reason it scraped, per transaction of the run.
+func TestProxyBudgetRideMisses(t *testing.T) {
+	before := metrics{`sharetx_ride_misses_total{reason="no_produce"}`: 2}
+	after := metrics{`sharetx_ride_misses_total{reason="no_produce"}`: 6, `sharetx_ride_misses_total{reason="produce_first"}`: 1}
+	b := map[string]budgetItem{}
+	proxyBudget(b, before, after, 8)
+	if got := b["proxy: ride missed: no_produce"].PerTxn; got != 0.5 {
+		t.Errorf("no_produce: %v per transaction, want 0.5 (%v)", got, b)
+	}
+	if got := b["proxy: ride missed: produce_first"].PerTxn; got != 0.125 {
+		t.Errorf("produce_first: %v per transaction, want 0.125 (%v)", got, b)
+	}
+	if !countRow("proxy: ride missed: no_produce") {
+		t.Error("a ride-miss line is not printed as a count")
+	}
+}

@@ -109,11 +109,7 @@ func computeGoals(r *Results) []goal {
 		g := mkGoal(fmt.Sprintf("share_eos_vs_group_eos_at_%d", batch), s.Median*100, 100, "%", true, fmt.Sprintf("no %d-record pipeline rounds of both modes", batch))
 		if s.N > 0 {
 			avg := func(mode string) float64 {
-				var xs []float64
-				for _, v := range byRound(r.Pipeline, kb(mode), func(p *pipelineResult) float64 { return p.AvgBatch }) {
-					xs = append(xs, v)
-				}
-				return spreadOf(xs).Median
+				return fieldSpread(r.Pipeline, kb(mode), func(p *pipelineResult) float64 { return p.AvgBatch }).Median
 			}
 			addContext(&g, "median of %d rounds of txn (share-group EOS through sharetx, %d workers) / group-eos (consumer group + sendOffsetsToTransaction, direct, %d workers) on %d partitions, transactions of up to %d: %s; records/s txn %s, group-eos %s; records per transaction txn %.0f, group-eos %.0f",
 				s.N, r.Options.PipelineWorkers, r.Options.PipelineWorkers, r.Options.Partitions, batch, s.format(pct0),
