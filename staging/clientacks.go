@@ -295,12 +295,12 @@ func (l *Ledger) ApplyAckPlan(p *AckPlan) {
 		st.clientAcked = true
 		st.releaseReq = p.released[i]
 		if st.state == stApplied {
-			delete(ps.offsets, o)
+			ps.drop(o, st)
 		}
 	}
 	for _, o := range p.drop {
 		if st := ps.offsets[o]; st != nil && !st.state.held() && st.member == p.member {
-			delete(ps.offsets, o)
+			ps.drop(o, st)
 		}
 	}
 	ps.settleMember(p.settle, p.member)

@@ -212,8 +212,8 @@ func (l *Ledger) ResolveKnown(loc Loc, commit bool) []*Call {
 	delete(l.waiting, loc)
 	for _, call := range waiting {
 		for _, r := range call.offsets {
-			st := l.parts[r.part].offsets[r.offset]
-			if st == nil || st.call != call {
+			st := r.st
+			if st.call != call {
 				continue
 			}
 			if commit {
@@ -343,13 +343,14 @@ func (l *Ledger) Screen(st Fetcher, topic [16]byte, partition int32, recs []kmsg
 				call = now
 			}
 			typ := r.typeOf(o)
-			call.offsets = append(call.offsets, offRef{part: k, node: st.Node, offset: o, ackType: typ})
 			ps := l.parts[k]
 			if ps == nil {
 				ps = &partState{offsets: map[int64]*offState{}}
 				l.parts[k] = ps
 			}
-			ps.offsets[o] = &offState{member: st.Member, ident: st.Ident, node: st.Node, deadline: deadline, lock: lock, state: state, ackType: typ, call: call}
+			ent := &offState{member: st.Member, ident: st.Ident, node: st.Node, deadline: deadline, lock: lock, state: state, ackType: typ, call: call}
+			ps.put(o, ent)
+			call.offsets = append(call.offsets, offRef{part: k, node: st.Node, offset: o, ackType: typ, st: ent})
 		}
 		flush()
 	}

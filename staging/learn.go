@@ -256,13 +256,13 @@ func (l *Ledger) Acquired(ident string, node int32, group, member string, topic 
 			if int64(n) < r.LastOffset-r.FirstOffset+1 {
 				for o, cur := range ps.offsets {
 					if o >= r.FirstOffset && o <= r.LastOffset && !cur.state.held() {
-						delete(ps.offsets, o)
+						ps.drop(o, cur)
 					}
 				}
 			} else {
 				for o := r.FirstOffset; o <= r.LastOffset; o++ {
 					if cur := ps.offsets[o]; cur != nil && !cur.state.held() {
-						delete(ps.offsets, o)
+						ps.drop(o, cur)
 					}
 				}
 			}
@@ -349,7 +349,7 @@ func (l *Ledger) Prune(now time.Time) {
 	for k, ps := range l.parts {
 		for o, st := range ps.offsets {
 			if (st.state == stAcquired || st.state == stApplied) && now.After(st.deadline.Add(time.Minute)) {
-				delete(ps.offsets, o)
+				ps.drop(o, st)
 				continue
 			}
 			reads(k.group, st.ident)

@@ -218,6 +218,24 @@ func (ps *partState) get(o int64) *offState {
 	return nil
 }
 
+// drop takes offset o's entry st out of the map, detached from its call
+// (offRef's invariant).
+func (ps *partState) drop(o int64, st *offState) {
+	st.call = nil
+	delete(ps.offsets, o)
+}
+
+// put makes st the entry of offset o, detaching the entry it replaces.
+func (ps *partState) put(o int64, st *offState) {
+	if ps.offsets == nil {
+		ps.offsets = map[int64]*offState{}
+	}
+	if old := ps.offsets[o]; old != nil && old != st {
+		old.call = nil
+	}
+	ps.offsets[o] = st
+}
+
 // settle removes [first, last] from the acquisition ranges: the client
 // acknowledged (or released) those offsets itself.
 func (ps *partState) settle(first, last int64) {
@@ -326,11 +344,20 @@ type Call struct {
 	redelivered bool
 }
 
+// offRef is one offset of a call. st is its ledger entry, so the call's
+// transitions reach it without a map lookup per offset (make bench: those
+// lookups were a tenth of the proxy's CPU at 1000-record transactions).
+// While st.call is the call, st is the entry ps.offsets holds for the
+// offset: whatever takes an entry out of the map, or replaces it, clears its
+// call first (partState.drop, put), so a transition that finds st.call !=
+// call skips it exactly as a lookup that found no entry, or another one,
+// would.
 type offRef struct {
 	part    partKey
 	node    int32
 	offset  int64
 	ackType int8
+	st      *offState
 }
 
 type txnInfo struct {
@@ -491,10 +518,35 @@ func (c *Call) Loc() (loc Loc, ok bool) {
 }
 
 // Acks are the call's acknowledgements by share session.
+//
+// A call's offsets come partition by partition: each run of one partition
+// on one node is one map, sized once, with no session key built and looked
+// up per offset (make bench: addRef per offset was most of a commit's
+// allocations at 1000-record transactions).
 func (c *Call) Acks() map[upstream.SessionKey]upstream.Acks {
 	out := Releases{}
-	for _, r := range c.offsets {
-		c.addRef(out, r, r.ackType)
+	for i := 0; i < len(c.offsets); {
+		first := c.offsets[i]
+		j := i + 1
+		for j < len(c.offsets) && c.offsets[j].part == first.part && c.offsets[j].node == first.node {
+			j++
+		}
+		k := upstream.SessionKey{Node: first.node, Group: c.group, Member: c.member}
+		acks := out[k]
+		if acks == nil {
+			acks = upstream.Acks{}
+			out[k] = acks
+		}
+		tp := upstream.TopicPartition{Topic: first.part.topic, Partition: first.part.partition}
+		m := acks[tp]
+		if m == nil {
+			m = make(map[int64]int8, j-i)
+			acks[tp] = m
+		}
+		for _, r := range c.offsets[i:j] {
+			m[r.offset] = r.ackType
+		}
+		i = j
 	}
 	return out
 }

@@ -357,6 +357,56 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 	}
 }
 
+// TestStaleCallTouchesNothing: a call's transitions reach its offsets'
+// entries through pointers (offRef), not the map, so an entry that left the
+// map must not answer to the old call any more. A call aborted twice (the
+// ABORT marker, then the EndTxn abort), or committed or finished after its
+// offsets were re-acquired and staged by another call, releases nothing
+// twice and leaves the other call's offsets as they are.
+func TestStaleCallTouchesNothing(t *testing.T) {
+	topic := [16]byte{8}
+	e := testEngine()
+	e.SetTxn("", "tx", 7, 2)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 3), time.Minute)
+	_, old := e.validateAndReserve(txnReq(topic, 0, ab(0, 3, 1)), "")
+	if old == nil {
+		t.Fatal("valid call refused")
+	}
+	if rel := e.Abort(old); rel[upstream.SessionKey{Group: "g", Member: "m1"}].Count() != 4 {
+		t.Fatalf("first abort released %+v, want offsets 0-3", rel)
+	}
+	if rel := e.Abort(old); len(rel) != 0 {
+		t.Fatalf("second abort of the same call released %+v, want nothing", rel)
+	}
+	// Redelivered to the member, and staged by a new call.
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 3), time.Minute)
+	ps := e.parts[partKey{"g", topic, 0}]
+	_, cur := e.validateAndReserve(txnReq(topic, 0, ab(0, 3, 1)), "")
+	if cur == nil {
+		t.Fatal("the redelivered offsets could not be staged again")
+	}
+	e.Commit(old)
+	e.Finish(old)
+	if rel := e.Abort(old); len(rel) != 0 {
+		t.Fatalf("a third abort of the old call released %+v", rel)
+	}
+	for o := int64(0); o <= 3; o++ {
+		st := ps.offsets[o]
+		if st == nil || st.call != cur || st.state != stStaging {
+			t.Fatalf("offset %d after the old call's transitions: %+v, want STAGING in the new call", o, st)
+		}
+	}
+	// An entry replaced under a call (the screen of a redelivery puts its
+	// own over a held one) is no longer that call's.
+	ps.put(3, &offState{member: "m1", state: stCommitted, call: &Call{txnID: "(redelivered)"}})
+	if rel := e.Abort(cur); rel[upstream.SessionKey{Group: "g", Member: "m1"}].Count() != 3 {
+		t.Fatalf("the new call's abort released %+v, want offsets 0-2 (3 was replaced)", rel)
+	}
+	if st := ps.offsets[3]; st == nil || st.state != stCommitted {
+		t.Fatalf("the replacing entry of offset 3 after the abort: %+v", st)
+	}
+}
+
 // ackAccepted is a client acknowledgement the broker accepted: filtered,
 // then its plan applied.
 func ackAccepted(e *Ledger, group, member string, topic [16]byte, partition int32, batches []AckRange) ([]AckRange, int) {
@@ -573,5 +623,25 @@ func TestOutputRecordFencesTheZombieWindow(t *testing.T) {
 	e.LearnOutputs("User:app", "bobs", 8, 1, []OutputBatch{{Topic: "out", Partition: 0, First: 1, Last: 1}})
 	if n := len(e.txns["bobs"].outputs); n != 0 {
 		t.Fatalf("another principal's transaction learned %d output partitions", n)
+	}
+}
+
+// TestCallAcksRuns: Call.Acks groups a call's offsets run by run; whatever
+// their order (a redelivery screen appends partition by partition, but
+// nothing requires it), it must give what adding them one by one gives.
+func TestCallAcksRuns(t *testing.T) {
+	p0, p1 := partKey{"g", [16]byte{1}, 0}, partKey{"g", [16]byte{1}, 1}
+	c := &Call{group: "g", member: "m", offsets: []offRef{
+		{part: p0, node: 1, offset: 5, ackType: 1}, {part: p0, node: 1, offset: 6, ackType: 3},
+		{part: p1, node: 2, offset: 5, ackType: 1},
+		{part: p0, node: 1, offset: 9, ackType: 2},  // p0 again, after p1
+		{part: p0, node: 3, offset: 10, ackType: 1}, // p0 on another node
+	}}
+	want := Releases{}
+	for _, r := range c.offsets {
+		c.addRef(want, r, r.ackType)
+	}
+	if got := c.Acks(); !reflect.DeepEqual(map[upstream.SessionKey]upstream.Acks(want), got) {
+		t.Fatalf("Acks() = %v, want %v", got, want)
 	}
 }

@@ -379,22 +379,26 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 	}
 
 	call := &Call{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
+	n := 0
+	for _, pp := range pre {
+		n += len(pp.offs)
+	}
+	call.offsets = make([]offRef, 0, n)
 	var results []partResult
 	failed := false
 	total, retried := 0, 0
 	for _, pp := range pre {
 		code, msg := pp.code, pp.msg
-		var refs []offRef
 		dup := 0
 		if code == 0 {
-			code, msg, refs, dup = l.checkOffsets(req.GroupID, &member, ident, call, pp)
+			before := len(call.offsets)
+			code, msg, call.offsets, dup = l.checkOffsets(req.GroupID, &member, ident, call, pp, call.offsets)
+			total += len(call.offsets) - before
 		}
 		if code != 0 {
 			failed = true
 		}
-		total += len(refs)
 		retried += dup
-		call.offsets = append(call.offsets, refs...)
 		results = append(results, partResult{pp.topic, pp.part, code, msg})
 	}
 	switch {
@@ -416,8 +420,7 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 	}
 	call.member = member
 	for _, r := range call.offsets {
-		st := l.parts[r.part].offsets[r.offset]
-		st.state, st.call, st.ackType = stStaging, call, r.ackType
+		r.st.state, r.st.call, r.st.ackType = stStaging, call, r.ackType
 	}
 	l.addPendingLocked(total)
 	return nil, call
@@ -476,15 +479,17 @@ func okResponse(req *kip1289.TxnShareAcknowledgeRequest) *kip1289.TxnShareAcknow
 
 // checkOffsets validates one partition's offsets against the ledger; l.mu
 // is held. member is resolved from the first acquired offset when empty,
-// among the acquisitions of the caller's principal (ident). dup counts
-// offsets already staged with the same type by an earlier call of the same
-// transaction (a retry).
-func (l *Ledger) checkOffsets(group string, member *string, ident string, call *Call, pp preParsed) (code int16, msg string, refs []offRef, dup int) {
+// among the acquisitions of the caller's principal (ident). The offsets to
+// stage are appended to refs (on a refusal, refs comes back as it was
+// given). dup counts offsets already staged with the same type by an
+// earlier call of the same transaction (a retry).
+func (l *Ledger) checkOffsets(group string, member *string, ident string, call *Call, pp preParsed, refs []offRef) (code int16, msg string, out []offRef, dup int) {
 	const notAcquired = "offset %d is not acquired by this member through this proxy"
+	given := len(refs)
 	if !l.topics[group][pp.topic] {
 		// Not UNKNOWN_TOPIC_ID: the reference client retries that (after a
 		// metadata refresh), and no retry makes records acquired.
-		return kerr.InvalidRecordState.Code, "sharetx: no records of this topic were acquired through this proxy for the group", nil, 0
+		return kerr.InvalidRecordState.Code, "sharetx: no records of this topic were acquired through this proxy for the group", refs, 0
 	}
 	k := partKey{group, pp.topic, pp.part}
 	ps := l.parts[k]
@@ -497,7 +502,7 @@ func (l *Ledger) checkOffsets(group string, member *string, ident string, call *
 		// Whose the offset is comes first: a stranger learns nothing
 		// about other members' offsets.
 		if st == nil || st.ident != ident || (*member != "" && st.member != *member) {
-			return kerr.InvalidRecordState.Code, fmt.Sprintf(notAcquired, o), nil, 0
+			return kerr.InvalidRecordState.Code, fmt.Sprintf(notAcquired, o), refs[:given], 0
 		}
 		if *member == "" {
 			*member = st.member
@@ -508,11 +513,11 @@ func (l *Ledger) checkOffsets(group string, member *string, ident string, call *
 			dup++
 			continue
 		case st.state != stAcquired:
-			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already %s", o, st.state), nil, 0
+			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already %s", o, st.state), refs[:given], 0
 		case now.After(st.deadline):
-			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d: its acquisition lock expired", o), nil, 0
+			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d: its acquisition lock expired", o), refs[:given], 0
 		}
-		refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: pp.types[i]})
+		refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: pp.types[i], st: st})
 	}
 	return 0, "", refs, dup
 }

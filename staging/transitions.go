@@ -21,8 +21,8 @@ func (l *Ledger) markPending(call *Call, loc Loc, rec *ShadowRecord) {
 	defer l.mu.Unlock()
 	call.shadowPart, call.shadowOff = int32(loc[0]), loc[1]
 	for _, r := range call.offsets {
-		if st := l.parts[r.part].offsets[r.offset]; st != nil && st.call == call {
-			st.state = stTxPending
+		if r.st.call == call {
+			r.st.state = stTxPending
 		}
 	}
 	l.learnLocked(loc, rec)
@@ -35,8 +35,8 @@ func (l *Ledger) Commit(call *Call) {
 	defer l.mu.Unlock()
 	call.committed = time.Now()
 	for _, r := range call.offsets {
-		if st := l.parts[r.part].offsets[r.offset]; st != nil && st.call == call {
-			st.state = stCommitted
+		if r.st.call == call {
+			r.st.state = stCommitted
 		}
 	}
 }
@@ -48,23 +48,23 @@ func (l *Ledger) unstage(call *Call) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	releases := Releases{}
-	for _, r := range call.offsets {
-		ps := l.parts[r.part]
-		if ps == nil {
+	var ps *partState
+	for i, r := range call.offsets {
+		st := r.st
+		if st.call != call {
 			continue
 		}
-		if st := ps.offsets[r.offset]; st != nil && st.call == call {
-			st.state, st.call = stAcquired, nil
-			if st.releaseReq {
-				// The client released it while it was being staged:
-				// release it upstream now.
-				call.addRef(releases, r, kip1289.Release)
-				delete(ps.offsets, r.offset)
-				ps.settle(r.offset, r.offset)
-				continue
-			}
-			st.clientAcked = false
+		st.state, st.call = stAcquired, nil
+		if st.releaseReq {
+			// The client released it while it was being staged:
+			// release it upstream now.
+			call.addRef(releases, r, kip1289.Release)
+			ps = l.partOf(call, i, ps)
+			ps.drop(r.offset, st)
+			ps.settle(r.offset, r.offset)
+			continue
 		}
+		st.clientAcked = false
 	}
 	l.addPendingLocked(-len(call.offsets))
 	l.sendReleases(call, releases)
@@ -85,24 +85,33 @@ func (l *Ledger) Abort(call *Call) Releases {
 	defer l.mu.Unlock()
 	now := time.Now()
 	releases := Releases{}
-	for _, r := range call.offsets {
-		ps := l.parts[r.part]
-		if ps == nil {
-			continue
-		}
-		st := ps.offsets[r.offset]
-		if st == nil || st.call != call {
+	var ps *partState
+	for i, r := range call.offsets {
+		st := r.st
+		if st.call != call {
 			continue
 		}
 		call.addRef(releases, r, kip1289.Release)
+		ps = l.partOf(call, i, ps)
 		if !st.clientAcked {
 			ps.oweAck(r.offset, call.member, now.Add(2*max(st.lock, time.Minute)))
 		}
-		delete(ps.offsets, r.offset)
+		ps.drop(r.offset, st)
 		ps.settle(r.offset, r.offset)
 	}
 	l.addPendingLocked(-len(call.offsets))
 	return releases
+}
+
+// partOf is the share partition of call.offsets[i]: prev when the offset
+// before it was of the same partition (a call's offsets come partition by
+// partition), else a lookup. An offset whose entry is still the call's is
+// in a share partition of the ledger (offRef).
+func (l *Ledger) partOf(call *Call, i int, prev *partState) *partState {
+	if prev != nil && i > 0 && call.offsets[i-1].part == call.offsets[i].part {
+		return prev
+	}
+	return l.parts[call.offsets[i].part]
 }
 
 // Releases are acknowledgements per share session (RELEASEs, or a
@@ -135,17 +144,17 @@ func (l *Ledger) sendReleases(call *Call, releases Releases) {
 func (l *Ledger) Finish(call *Call) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range call.offsets {
-		ps := l.parts[r.part]
-		if ps == nil {
+	var ps *partState
+	for i, r := range call.offsets {
+		st := r.st
+		if st.call != call {
 			continue
 		}
-		if st := ps.offsets[r.offset]; st != nil && st.call == call {
-			if st.clientAcked || call.redelivered {
-				delete(ps.offsets, r.offset)
-			} else {
-				st.state, st.call = stApplied, nil
-			}
+		if st.clientAcked || call.redelivered {
+			ps = l.partOf(call, i, ps)
+			ps.drop(r.offset, st)
+		} else {
+			st.state, st.call = stApplied, nil
 		}
 	}
 	l.addPendingLocked(-len(call.offsets))
