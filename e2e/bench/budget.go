@@ -42,6 +42,28 @@ type budgetItem struct {
 	PerTxn float64 `json:"per_txn"`
 	P50Ms  float64 `json:"p50_ms"`
 	P99Ms  float64 `json:"p99_ms"`
+	// A CPU line ("cpu: …"): the process's CPU per input record, in
+	// microseconds; PerTxn is then its CPU per transaction, in ms.
+	PerRecordUs float64 `json:"per_record_us,omitempty"`
+}
+
+// cpuPrefix starts the budget lines of the CPU the run took, per process.
+const cpuPrefix = "cpu: "
+
+// cpuBudget adds to b the CPU each process took between before and after
+// (seconds, by process name), per transaction and per input record.
+func cpuBudget(b map[string]budgetItem, before, after map[string]float64, txns, records int64) {
+	if txns == 0 || records == 0 {
+		return
+	}
+	for name, t1 := range after {
+		t0, ok := before[name]
+		if !ok || t1 < t0 {
+			continue
+		}
+		d := t1 - t0
+		b[cpuPrefix+name] = budgetItem{PerTxn: d * 1000 / float64(txns), PerRecordUs: d * 1e6 / float64(records)}
+	}
 }
 
 // reqTimer collects the round trips of a run's clients by API key.
@@ -244,6 +266,8 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 				if ok {
 					any = true
 					switch {
+					case strings.HasPrefix(n, cpuPrefix):
+						cell = fmt.Sprintf("%s µs/rec, %s ms/txn", f2(it.PerRecordUs), f2(it.PerTxn))
 					case countRow(n):
 						cell = fmt.Sprintf("×%s", f2(it.PerTxn)) // a count, no time
 					case strings.HasPrefix(n, "req ") || strings.HasPrefix(n, "proxy:"):
@@ -260,7 +284,7 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 		}
 		tw.Flush()
 	}
-	fmt.Fprintln(w, "(the loop's phases are timed in the worker; req: every request of the run's clients, write to response, kgo's HookBrokerE2E — an EndTxn retried on CONCURRENT_TRANSACTIONS counts twice, a Produce ≥ 20 ms likely met the broker's own 20 ms retry; proxy: its histograms' deltas over the run)")
+	fmt.Fprintln(w, "(the loop's phases are timed in the worker; req: every request of the run's clients, write to response, kgo's HookBrokerE2E — an EndTxn retried on CONCURRENT_TRANSACTIONS counts twice, a Produce ≥ 20 ms likely met the broker's own 20 ms retry; proxy: its histograms' deltas over the run; cpu: each process's user+system CPU over the run from /proc, per input record and per transaction — the bench process holds the run's Go clients, and on a saturated machine the modes' throughputs follow the sum of these lines)")
 }
 
 // budgetRank orders a budget's lines: the phases in a transaction's
@@ -271,6 +295,8 @@ func budgetRank(name string) int {
 		return 10
 	case strings.HasPrefix(name, "proxy:"):
 		return 11
+	case strings.HasPrefix(name, cpuPrefix):
+		return 12
 	}
 	for i, p := range []string{"wait for records", "send outputs", "produce outputs", "stage", "End"} {
 		if strings.HasPrefix(name, p) {
@@ -305,7 +331,8 @@ func medianItem(runs []*pipelineResult, mode string, batch int, name string) (bu
 		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 	}
 	it := budgetItem{PerTxn: med(func(i budgetItem) float64 { return i.PerTxn }),
-		P50Ms: med(func(i budgetItem) float64 { return i.P50Ms }), P99Ms: med(func(i budgetItem) float64 { return i.P99Ms })}
+		P50Ms: med(func(i budgetItem) float64 { return i.P50Ms }), P99Ms: med(func(i budgetItem) float64 { return i.P99Ms }),
+		PerRecordUs: med(func(i budgetItem) float64 { return i.PerRecordUs })}
 	if math.IsNaN(it.P50Ms) || it.PerTxn == 0 {
 		return budgetItem{}, false
 	}

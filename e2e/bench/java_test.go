@@ -46,7 +46,7 @@ func TestParseEosResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := javaEOSResult{Mode: "share", Records: 100000, Transactions: 120, Aborts: 1, Seconds: 4.25, RecordsSec: 23529.4, CommitP50Ms: 3.1, CommitP99Ms: 12.5,
-		Budget: map[string]budgetItem{"commitTransaction": {1, 3.1, 12.5}, "wait for records": {1, 0.2, 9}, "stage (acks or offsets)": {1, 1.5, 0}}}
+		Budget: map[string]budgetItem{"commitTransaction": {PerTxn: 1, P50Ms: 3.1, P99Ms: 12.5}, "wait for records": {PerTxn: 1, P50Ms: 0.2, P99Ms: 9}, "stage (acks or offsets)": {PerTxn: 1, P50Ms: 1.5}}}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}

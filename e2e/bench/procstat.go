@@ -1,6 +1,10 @@
 package main
 
 import (
+	"net"
+	"os"
+	"strconv"
+
 	"github.com/prometheus/procfs"
 )
 
@@ -46,4 +50,47 @@ func readProcMem(pid int) (procMem, error) {
 		return procMem{}, err
 	}
 	return procMem{RSS: int64(st.VmRSS), HWM: int64(st.VmHWM)}, nil
+}
+
+// localBrokers are the pids of the processes of this machine listening on
+// the seeds' ports (the brokers kafka.sh started); seeds on other machines
+// are left out.
+func localBrokers(seeds []string) []int {
+	var pids []int
+	for _, s := range seeds {
+		_, port, err := net.SplitHostPort(s)
+		if err != nil {
+			continue
+		}
+		n, _ := strconv.Atoi(port)
+		if pid, err := listenerPID(n); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// cpuNow is the CPU time (seconds) so far of the brokers on this machine
+// (summed), this process (the Go clients of a pipeline run) and the proxy,
+// by the names the budget's CPU lines take. A process that cannot be read
+// is left out.
+func (b *bench) cpuNow() map[string]float64 {
+	out := map[string]float64{}
+	for _, pid := range b.brokers {
+		c, err := readProcCPU(pid)
+		if err != nil {
+			delete(out, "broker")
+			break
+		}
+		out["broker"] += c.Total()
+	}
+	if c, err := readProcCPU(os.Getpid()); err == nil {
+		out["bench process (clients)"] = c.Total()
+	}
+	if b.proxy != nil {
+		if c, err := readProcCPU(b.proxy.pid()); err == nil {
+			out["proxy"] = c.Total()
+		}
+	}
+	return out
 }

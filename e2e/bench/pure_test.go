@@ -230,3 +230,27 @@ func TestProxyBudgetRideMisses(t *testing.T) {
 		t.Error("a ride-miss line is not printed as a count")
 	}
 }
+
+// TestCPUBudget: each process's CPU over a run, per record and per
+// transaction; a process read before but not after (or going backwards)
+// gets no line; the table prints both figures.
+func TestCPUBudget(t *testing.T) {
+	before := map[string]float64{"broker": 10, "proxy": 2, "bench process (clients)": 5}
+	after := map[string]float64{"broker": 12, "proxy": 1}
+	b := map[string]budgetItem{}
+	cpuBudget(b, before, after, 100, 400000)
+	if it := b["cpu: broker"]; it.PerTxn != 20 || it.PerRecordUs != 5 {
+		t.Errorf("broker: %+v, want 20 ms/txn and 5 µs/record", it)
+	}
+	if _, ok := b["cpu: proxy"]; ok {
+		t.Error("a process whose CPU went backwards (another pid) got a line")
+	}
+	if _, ok := b["cpu: bench process (clients)"]; ok {
+		t.Error("a process not read after the run got a line")
+	}
+	var out strings.Builder
+	writeBudget(&out, []*pipelineResult{{Mode: modeTxn, Batch: 1000, Budget: b}}, []int{1000}, []string{modeTxn})
+	if !strings.Contains(out.String(), "5.00 µs/rec, 20.00 ms/txn") {
+		t.Errorf("the table does not print the CPU line:\n%s", out.String())
+	}
+}

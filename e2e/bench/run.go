@@ -87,10 +87,14 @@ type bench struct {
 	adm    *kadm.Client
 	suffix string
 	perf   *perfRecorder
-	pin    *pinning     // pin mode; nil otherwise
-	pipeIn string       // the pipelines' input topic, once filled
-	runs   atomic.Int64 // pipeline runs so far (each its own group and output topic)
-	topics []string     // created by this run; deleted at the end
+	pin    *pinning // pin mode; nil otherwise
+	// brokers are the pids of the brokers listening on the seeds' ports on
+	// this machine (none: the cluster is elsewhere; the budget then has no
+	// broker CPU line).
+	brokers []int
+	pipeIn  string       // the pipelines' input topic, once filled
+	runs    atomic.Int64 // pipeline runs so far (each its own group and output topic)
+	topics  []string     // created by this run; deleted at the end
 }
 
 func (b *bench) createTopic(ctx context.Context, t string) error {
@@ -210,6 +214,7 @@ func (b *bench) setup(ctx context.Context) error {
 		}
 		b.res.Pinned = b.pin.String()
 	}
+	b.brokers = localBrokers(b.o.Seeds)
 	b.progress("starting sharetx --upstream %s (log %s)", b.direct, dir+"/sharetx.log")
 	if b.proxy, err = startProxy(bin, b.o.Seeds, dir, "sharetx", o.ProxyLog, time.Minute); err != nil {
 		return err
@@ -490,10 +495,12 @@ func (b *bench) pipelineRun(ctx context.Context, o pipelineOpts, round int) (*pi
 			return nil, err
 		}
 	}
+	cpu0 := b.cpuNow()
 	r, err := runPipeline(ctx, run)
 	if err != nil {
 		return nil, err
 	}
+	cpuBudget(r.Budget, cpu0, b.cpuNow(), r.Transactions, r.Records)
 	r.Mode, r.Round, r.Partitions = o.mode, round, o.partitions
 	if o.mode == modeTxn || o.mode == modeTxnSeq {
 		b.commitApplied(before, r)
