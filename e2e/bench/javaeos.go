@@ -31,6 +31,17 @@ type javaEOSResult struct {
 	// Budget: the poll that returned the records, the outputs' sends,
 	// staging, commitTransaction (p50 / p99 each).
 	Budget map[string]budgetItem
+	// CPUSeconds is the client process's user + system CPU, its start-up
+	// included (the same for every mode of one program).
+	CPUSeconds float64
+}
+
+// processCPU is the user + system CPU of a process that exited.
+func processCPU(cmd *exec.Cmd) float64 {
+	if cmd.ProcessState == nil {
+		return 0
+	}
+	return (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 }
 
 // The JVM options of a bench run: the JIT's full tiers (the workers' fast
@@ -71,6 +82,7 @@ func runJavaEOS(ctx context.Context, o javaEOSOpts) (javaEOSResult, error) {
 		return javaEOSResult{}, fmt.Errorf("EosBench --mode %s: %v %v\nstdout: %s\nstderr (last lines): %s", o.Mode, err, perr,
 			strings.TrimSpace(stdout.String()), sim.LastLines(stderr.String(), 15))
 	}
+	r.CPUSeconds = processCPU(cmd)
 	return r, nil
 }
 
@@ -223,15 +235,24 @@ func (b *bench) clientEOSRun(ctx context.Context, c eosClient, mode, in string, 
 			return nil, err
 		}
 	}
+	cpu0 := b.cpuNow()
 	jr, err := c.run(ctx, jo)
 	if err != nil {
 		return nil, err
+	}
+	cpu1 := b.cpuNow()
+	// The clients are the program's process, not this one.
+	delete(cpu0, cpuBenchProcess)
+	delete(cpu1, cpuBenchProcess)
+	if jr.CPUSeconds > 0 {
+		cpu0[c.language+" process (client)"], cpu1[c.language+" process (client)"] = 0, jr.CPUSeconds
 	}
 	r := &pipelineResult{Mode: mode, Batch: jo.Batch, Workers: 1, Partitions: b.o.Partitions, Round: round, Language: c.language,
 		Records: jr.Records, Transactions: jr.Transactions, Aborts: jr.Aborts, Seconds: jr.Seconds, RecordsSec: jr.RecordsSec, EndTxnP50Ms: jr.CommitP50Ms, Budget: jr.Budget}
 	if r.Budget == nil {
 		r.Budget = map[string]budgetItem{}
 	}
+	cpuBudget(r.Budget, cpu0, cpu1, r.Transactions, r.Records)
 	if m.through {
 		if after, err := b.proxy.scrape(); err == nil {
 			proxyBudget(r.Budget, before, after, r.Transactions)

@@ -70,6 +70,10 @@ func localBrokers(seeds []string) []int {
 	return pids
 }
 
+// cpuBenchProcess names this process's CPU line: the Go pipelines' clients
+// run in it.
+const cpuBenchProcess = "bench process (clients)"
+
 // cpuNow is the CPU time (seconds) so far of the brokers on this machine
 // (summed), this process (the Go clients of a pipeline run) and the proxy,
 // by the names the budget's CPU lines take. A process that cannot be read
@@ -85,7 +89,7 @@ func (b *bench) cpuNow() map[string]float64 {
 		out["broker"] += c.Total()
 	}
 	if c, err := readProcCPU(os.Getpid()); err == nil {
-		out["bench process (clients)"] = c.Total()
+		out[cpuBenchProcess] = c.Total()
 	}
 	if b.proxy != nil {
 		if c, err := readProcCPU(b.proxy.pid()); err == nil {

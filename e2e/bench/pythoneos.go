@@ -60,6 +60,7 @@ func runPythonEOS(ctx context.Context, o javaEOSOpts) (javaEOSResult, error) {
 		return javaEOSResult{}, fmt.Errorf("eos_bench.py --mode %s: %v %v\nstdout: %s\nstderr (last lines): %s", o.Mode, err, perr,
 			strings.TrimSpace(stdout.String()), sim.LastLines(stderr.String(), 15))
 	}
+	r.CPUSeconds = processCPU(cmd)
 	return r, nil
 }
 
