@@ -28,8 +28,9 @@ type AckPlan struct {
 	allHeld  bool       // nothing of it went upstream: the session's answer decides
 	settle   []AckRange // the member's acquisition ranges to settle (types unused)
 	owed     []int64    // owed acknowledgements taken
-	acked    []int64    // held offsets of the member the client acknowledged
-	released []bool     // ...with RELEASE
+	acked    []int64     // held offsets of the member the client acknowledged
+	ackedSt  []*offState // ...their entries when the plan was made (offState.gone)
+	released []bool      // ...with RELEASE
 	drop     []int64    // the member's plain entries to forget
 }
 
@@ -129,6 +130,7 @@ func (l *Ledger) FilterClientAcks(group, member string, topic [16]byte, partitio
 		case st != nil && st.state.held():
 			if st.member == member {
 				plan.acked = append(plan.acked, o)
+				plan.ackedSt = append(plan.ackedSt, st)
 				plan.released = append(plan.released, b.typeAt(o) == 2)
 			}
 			return true
@@ -288,8 +290,8 @@ func (l *Ledger) ApplyAckPlan(p *AckPlan) {
 		}
 	}
 	for i, o := range p.acked {
-		st := ps.offsets[o]
-		if st == nil || !st.state.held() || st.member != p.member {
+		st := p.ackedSt[i] // no lookup per offset: an entry not gone is the map's (offState.gone)
+		if st.gone || !st.state.held() || st.member != p.member {
 			continue
 		}
 		st.clientAcked = true

@@ -140,6 +140,10 @@ type offState struct {
 	renewing    bool          // a RENEW of it is in flight
 	clientAcked bool          // the client's own ack of it was absorbed
 	releaseReq  bool          // ...and that ack was RELEASE: honour it if the transaction aborts
+	// gone: the entry left the map (drop) or was replaced (put). One that
+	// is not gone is the map's entry for its offset, so a pointer kept
+	// across an unlock (a call's offRef, an AckPlan) stands for a lookup.
+	gone bool
 }
 
 // partState holds the offsets of one share partition the proxy has seen
@@ -219,9 +223,9 @@ func (ps *partState) get(o int64) *offState {
 }
 
 // drop takes offset o's entry st out of the map, detached from its call
-// (offRef's invariant).
+// and marked gone (offRef's and AckPlan's invariant).
 func (ps *partState) drop(o int64, st *offState) {
-	st.call = nil
+	st.call, st.gone = nil, true
 	delete(ps.offsets, o)
 }
 
@@ -231,7 +235,7 @@ func (ps *partState) put(o int64, st *offState) {
 		ps.offsets = map[int64]*offState{}
 	}
 	if old := ps.offsets[o]; old != nil && old != st {
-		old.call = nil
+		old.call, old.gone = nil, true
 	}
 	ps.offsets[o] = st
 }

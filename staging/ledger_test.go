@@ -645,3 +645,72 @@ func TestCallAcksRuns(t *testing.T) {
 		t.Fatalf("Acks() = %v, want %v", got, want)
 	}
 }
+
+// TestAckPlanSkipsAGoneEntry: a client ack's plan is made under one lock
+// and applied under another, after the broker's answer. If the offset's
+// entry left the map in between (its transaction aborted) and a new
+// delivery of it was staged, the ack was of the old delivery: the new
+// entry is not marked acknowledged by it.
+func TestAckPlanSkipsAGoneEntry(t *testing.T) {
+	topic := [16]byte{9}
+	e := testEngine()
+	e.SetTxn("", "tx", 7, 2)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 1), time.Minute)
+	_, old := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1)), "")
+	if old == nil {
+		t.Fatal("valid call refused")
+	}
+	_, held, plan := e.FilterClientAcks("g", "m1", topic, 0, []AckRange{{0, 1, []int8{1}}})
+	if held != 2 || plan == nil {
+		t.Fatalf("the ack of staged offsets: held %d, plan %v", held, plan)
+	}
+	e.Abort(old)
+	ps := e.parts[partKey{"g", topic, 0}]
+	delete(ps.owed, 0)
+	delete(ps.owed, 1)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 1), time.Minute)
+	if _, cur := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1)), ""); cur == nil {
+		t.Fatal("the redelivery could not be staged")
+	}
+	e.ApplyAckPlan(plan)
+	for o := int64(0); o <= 1; o++ {
+		if st := ps.offsets[o]; st == nil || st.clientAcked {
+			t.Fatalf("offset %d of the new delivery: %+v, want staged and not acknowledged by the old ack", o, st)
+		}
+	}
+}
+
+// TestStaleAckPlanKeepsANewEntry: two plans of the client's ack of an
+// applied offset (the ack sent twice); the first forgets the entry, the
+// offset is acquired and staged again, then the second plan is applied:
+// it must not take the new delivery's entry out of the map.
+func TestStaleAckPlanKeepsANewEntry(t *testing.T) {
+	topic := [16]byte{10}
+	e := testEngine()
+	e.SetTxn("", "tx", 7, 2)
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
+	_, call := e.validateAndReserve(txnReq(topic, 0, ab(0, 0, 1)), "")
+	if call == nil {
+		t.Fatal("valid call refused")
+	}
+	e.Commit(call)
+	e.Finish(call) // APPLIED, waiting for the client's ack
+	_, _, first := e.FilterClientAcks("g", "m1", topic, 0, []AckRange{{0, 0, []int8{1}}})
+	_, _, second := e.FilterClientAcks("g", "m1", topic, 0, []AckRange{{0, 0, []int8{1}}})
+	if first == nil || second == nil {
+		t.Fatal("no plans")
+	}
+	e.ApplyAckPlan(first)
+	ps := e.parts[partKey{"g", topic, 0}]
+	if ps.offsets[0] != nil {
+		t.Fatalf("the applied offset was not forgotten on the client's ack: %+v", ps.offsets[0])
+	}
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
+	if _, cur := e.validateAndReserve(txnReq(topic, 0, ab(0, 0, 1)), ""); cur == nil {
+		t.Fatal("the redelivery could not be staged")
+	}
+	e.ApplyAckPlan(second)
+	if st := ps.offsets[0]; st == nil || st.state != stStaging {
+		t.Fatalf("the new delivery's entry after the stale plan: %+v, want STAGING", st)
+	}
+}
