@@ -25,13 +25,13 @@ type AckPlan struct {
 	member   string
 	topic    [16]byte
 	part     int32
-	allHeld  bool       // nothing of it went upstream: the session's answer decides
-	settle   []AckRange // the member's acquisition ranges to settle (types unused)
-	owed     []int64    // owed acknowledgements taken
+	allHeld  bool        // nothing of it went upstream: the session's answer decides
+	settle   []AckRange  // the member's acquisition ranges to settle (types unused)
+	owed     []int64     // owed acknowledgements taken
 	acked    []int64     // held offsets of the member the client acknowledged
 	ackedSt  []*offState // ...their entries when the plan was made (offState.gone)
 	released []bool      // ...with RELEASE
-	drop     []int64    // the member's plain entries to forget
+	drop     []int64     // the member's plain entries to forget
 }
 
 // Applies reports whether the plan is to be applied: the broker accepted
