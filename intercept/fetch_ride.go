@@ -112,6 +112,7 @@ func answerRider(st *shareState, resp *kmsg.ShareFetchResponse) bool {
 		return false
 	}
 	codes := map[upstream.TopicPartition]int16{}
+	changed := false
 	keepTopics := resp.Topics[:0]
 	for _, t := range resp.Topics {
 		keep := t.Partitions[:0]
@@ -124,8 +125,12 @@ func answerRider(st *shareState, resp *kmsg.ShareFetchResponse) bool {
 			if c, seen := codes[tp]; !seen || c == 0 {
 				codes[tp] = p.AcknowledgeErrorCode
 			}
-			p.AcknowledgeErrorCode, p.AcknowledgeErrorMessage = 0, nil
+			if p.AcknowledgeErrorCode != 0 || p.AcknowledgeErrorMessage != nil {
+				p.AcknowledgeErrorCode, p.AcknowledgeErrorMessage = 0, nil
+				changed = true
+			}
 			if p.ErrorCode == 0 && len(p.Records) == 0 && len(p.AcquiredRecords) == 0 {
+				changed = true
 				continue
 			}
 			keep = append(keep, p)
@@ -137,7 +142,11 @@ func answerRider(st *shareState, resp *kmsg.ShareFetchResponse) bool {
 	}
 	resp.Topics = keepTopics
 	rider.Answer(upstream.RideResult{Codes: codes})
-	return true
+	// Most answers carry the proxy's acknowledgements as a code 0 on a
+	// partition that brought records: nothing to take out, and the
+	// response (a transaction's records, hundreds of KB at 1000) goes on
+	// as it came instead of being encoded again.
+	return changed
 }
 
 // findOrAdd returns the index of the first element of *s that match

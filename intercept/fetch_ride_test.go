@@ -233,3 +233,32 @@ func TestRideFallsBack(t *testing.T) {
 		t.Fatalf("a refused fetch reported the acknowledgements applied: %+v", res)
 	}
 }
+
+// TestRiderAnswerRewritesOnlyWhatChanged: a ride the broker accepted on a
+// partition that brought records changes nothing in the client's answer,
+// which then goes on as it came (not encoded again); a code to hide or an
+// entry to drop is a change.
+func TestRiderAnswerRewritesOnlyWhatChanged(t *testing.T) {
+	a := [16]byte{1}
+	tp := upstream.TopicPartition{Topic: a, Partition: 0}
+	resp := func(code int16, records []byte) *kmsg.ShareFetchResponse {
+		r := kmsg.NewPtrShareFetchResponse()
+		ta := kmsg.NewShareFetchResponseTopic()
+		ta.TopicID = a
+		p := kmsg.NewShareFetchResponseTopicPartition()
+		p.Records, p.AcknowledgeErrorCode = records, code
+		ta.Partitions = []kmsg.ShareFetchResponseTopicPartition{p}
+		r.Topics = []kmsg.ShareFetchResponseTopic{ta}
+		return r
+	}
+	ride := func() *shareState { return &shareState{rider: &upstream.Rider{Acks: upstream.Acks{tp: {5: 1}}}} }
+	if r := resp(0, []byte{1}); answerRider(ride(), r) || len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 1 {
+		t.Fatalf("an accepted ride beside records: rewritten, or the answer changed: %+v", r.Topics)
+	}
+	if r := resp(kerr.InvalidRecordState.Code, []byte{1}); !answerRider(ride(), r) || r.Topics[0].Partitions[0].AcknowledgeErrorCode != 0 {
+		t.Fatalf("the proxy's ack error was not taken out of the client's answer: %+v", r.Topics)
+	}
+	if r := resp(0, nil); !answerRider(ride(), r) || len(r.Topics) != 0 {
+		t.Fatalf("the entry only the ride brought was not dropped: %+v", r.Topics)
+	}
+}
