@@ -365,13 +365,8 @@ func TestAbortReleasesAndOwesOneAck(t *testing.T) {
 // twice and leaves the other call's offsets as they are.
 func TestStaleCallTouchesNothing(t *testing.T) {
 	topic := [16]byte{8}
-	e := testEngine()
-	e.SetTxn("", "tx", 7, 2)
-	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 3), time.Minute)
-	_, old := e.validateAndReserve(txnReq(topic, 0, ab(0, 3, 1)), "")
-	if old == nil {
-		t.Fatal("valid call refused")
-	}
+	e := txnEngine()
+	old := stageAcquired(t, e, topic, 0, 3)
 	if rel := e.Abort(old); rel[upstream.SessionKey{Group: "g", Member: "m1"}].Count() != 4 {
 		t.Fatalf("first abort released %+v, want offsets 0-3", rel)
 	}
@@ -379,12 +374,8 @@ func TestStaleCallTouchesNothing(t *testing.T) {
 		t.Fatalf("second abort of the same call released %+v, want nothing", rel)
 	}
 	// Redelivered to the member, and staged by a new call.
-	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 3), time.Minute)
+	cur := stageAcquired(t, e, topic, 0, 3)
 	ps := e.parts[partKey{"g", topic, 0}]
-	_, cur := e.validateAndReserve(txnReq(topic, 0, ab(0, 3, 1)), "")
-	if cur == nil {
-		t.Fatal("the redelivered offsets could not be staged again")
-	}
 	e.Commit(old)
 	e.Finish(old)
 	if rel := e.Abort(old); len(rel) != 0 {
@@ -653,13 +644,8 @@ func TestCallAcksRuns(t *testing.T) {
 // entry is not marked acknowledged by it.
 func TestAckPlanSkipsAGoneEntry(t *testing.T) {
 	topic := [16]byte{9}
-	e := testEngine()
-	e.SetTxn("", "tx", 7, 2)
-	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 1), time.Minute)
-	_, old := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1)), "")
-	if old == nil {
-		t.Fatal("valid call refused")
-	}
+	e := txnEngine()
+	old := stageAcquired(t, e, topic, 0, 1)
 	_, held, plan := e.FilterClientAcks("g", "m1", topic, 0, []AckRange{{0, 1, []int8{1}}})
 	if held != 2 || plan == nil {
 		t.Fatalf("the ack of staged offsets: held %d, plan %v", held, plan)
@@ -668,10 +654,7 @@ func TestAckPlanSkipsAGoneEntry(t *testing.T) {
 	ps := e.parts[partKey{"g", topic, 0}]
 	delete(ps.owed, 0)
 	delete(ps.owed, 1)
-	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 1), time.Minute)
-	if _, cur := e.validateAndReserve(txnReq(topic, 0, ab(0, 1, 1)), ""); cur == nil {
-		t.Fatal("the redelivery could not be staged")
-	}
+	stageAcquired(t, e, topic, 0, 1) // the redelivery
 	e.ApplyAckPlan(plan)
 	for o := int64(0); o <= 1; o++ {
 		if st := ps.offsets[o]; st == nil || st.clientAcked {
@@ -686,13 +669,8 @@ func TestAckPlanSkipsAGoneEntry(t *testing.T) {
 // it must not take the new delivery's entry out of the map.
 func TestStaleAckPlanKeepsANewEntry(t *testing.T) {
 	topic := [16]byte{10}
-	e := testEngine()
-	e.SetTxn("", "tx", 7, 2)
-	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
-	_, call := e.validateAndReserve(txnReq(topic, 0, ab(0, 0, 1)), "")
-	if call == nil {
-		t.Fatal("valid call refused")
-	}
+	e := txnEngine()
+	call := stageAcquired(t, e, topic, 0, 0)
 	e.Commit(call)
 	e.Finish(call) // APPLIED, waiting for the client's ack
 	_, _, first := e.FilterClientAcks("g", "m1", topic, 0, []AckRange{{0, 0, []int8{1}}})
@@ -705,12 +683,29 @@ func TestStaleAckPlanKeepsANewEntry(t *testing.T) {
 	if ps.offsets[0] != nil {
 		t.Fatalf("the applied offset was not forgotten on the client's ack: %+v", ps.offsets[0])
 	}
-	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
-	if _, cur := e.validateAndReserve(txnReq(topic, 0, ab(0, 0, 1)), ""); cur == nil {
-		t.Fatal("the redelivery could not be staged")
-	}
+	stageAcquired(t, e, topic, 0, 0) // the redelivery
 	e.ApplyAckPlan(second)
 	if st := ps.offsets[0]; st == nil || st.state != stStaging {
 		t.Fatalf("the new delivery's entry after the stale plan: %+v, want STAGING", st)
 	}
+}
+
+// stageAcquired has member m1 of group g acquire offsets first..last of
+// topic/0 and stages them in transaction tx (set up by the caller).
+func stageAcquired(t *testing.T, e *Ledger, topic [16]byte, first, last int64) *Call {
+	t.Helper()
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(first, last), time.Minute)
+	_, call := e.validateAndReserve(txnReq(topic, 0, ab(first, last, 1)), "")
+	if call == nil {
+		t.Fatalf("staging offsets %d-%d was refused", first, last)
+	}
+	return call
+}
+
+// txnEngine is testEngine with transaction tx (producer id 7, epoch 2)
+// known, as txnReq sends it.
+func txnEngine() *Ledger {
+	e := testEngine()
+	e.SetTxn("", "tx", 7, 2)
+	return e
 }
