@@ -709,3 +709,27 @@ func txnEngine() *Ledger {
 	e.SetTxn("", "tx", 7, 2)
 	return e
 }
+
+// TestAbortAcrossPartitionsWithASkippedOffset: a transition looks each
+// share partition up once, and an offset it skips (no longer the call's)
+// must not make the next one of another partition use the wrong one.
+func TestAbortAcrossPartitionsWithASkippedOffset(t *testing.T) {
+	topic := [16]byte{11}
+	e := txnEngine()
+	e.Acquired("", 0, "g", "m1", topic, 0, acq(0, 0), time.Minute)
+	e.Acquired("", 0, "g", "m1", topic, 1, acq(0, 1), time.Minute)
+	req := txnReq(topic, 0, ab(0, 0, 1))
+	req.Topics[0].Partitions = append(req.Topics[0].Partitions, kip1289.TxnShareAcknowledgePartition{Partition: 1, AcknowledgementBatches: []kip1289.TxnShareAcknowledgeBatch{ab(0, 1, 1)}})
+	_, call := e.validateAndReserve(req, "")
+	if call == nil {
+		t.Fatal("valid call refused")
+	}
+	p1 := e.parts[partKey{"g", topic, 1}]
+	p1.put(0, &offState{member: "m1", state: stCommitted, call: &Call{txnID: "(redelivered)"}}) // 1/0 no longer the call's
+	if rel := e.Abort(call); rel[upstream.SessionKey{Group: "g", Member: "m1"}].Count() != 2 {
+		t.Fatalf("released %+v, want 0/0 and 1/1", rel)
+	}
+	if st := p1.offsets[1]; st != nil {
+		t.Fatalf("offset 1/1 still held after the abort: %+v", st)
+	}
+}

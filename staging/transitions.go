@@ -48,8 +48,8 @@ func (l *Ledger) unstage(call *Call) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	releases := Releases{}
-	var ps *partState
-	for i, r := range call.offsets {
+	var parts partCache
+	for _, r := range call.offsets {
 		st := r.st
 		if st.call != call {
 			continue
@@ -59,7 +59,7 @@ func (l *Ledger) unstage(call *Call) {
 			// The client released it while it was being staged:
 			// release it upstream now.
 			call.addRef(releases, r, kip1289.Release)
-			ps = l.partOf(call, i, ps)
+			ps := l.partOf(&parts, r.part)
 			ps.drop(r.offset, st)
 			ps.settle(r.offset, r.offset)
 			continue
@@ -85,14 +85,14 @@ func (l *Ledger) Abort(call *Call) Releases {
 	defer l.mu.Unlock()
 	now := time.Now()
 	releases := Releases{}
-	var ps *partState
-	for i, r := range call.offsets {
+	var parts partCache
+	for _, r := range call.offsets {
 		st := r.st
 		if st.call != call {
 			continue
 		}
 		call.addRef(releases, r, kip1289.Release)
-		ps = l.partOf(call, i, ps)
+		ps := l.partOf(&parts, r.part)
 		if !st.clientAcked {
 			ps.oweAck(r.offset, call.member, now.Add(2*max(st.lock, time.Minute)))
 		}
@@ -103,15 +103,24 @@ func (l *Ledger) Abort(call *Call) Releases {
 	return releases
 }
 
-// partOf is the share partition of call.offsets[i]: prev when the offset
-// before it was of the same partition (a call's offsets come partition by
-// partition), else a lookup. An offset whose entry is still the call's is
-// in a share partition of the ledger (offRef).
-func (l *Ledger) partOf(call *Call, i int, prev *partState) *partState {
-	if prev != nil && i > 0 && call.offsets[i-1].part == call.offsets[i].part {
-		return prev
+// partCache remembers the share partition last looked up: a call's
+// offsets come partition by partition, so a transition looks each one up
+// once, not once per offset. It is keyed by the partition itself, not by
+// the previous offset's, since a transition skips offsets that are no
+// longer the call's.
+type partCache struct {
+	k  partKey
+	ps *partState
+	ok bool
+}
+
+// partOf is the share partition k (an offset whose entry is still a call's
+// is in a share partition of the ledger: offRef).
+func (l *Ledger) partOf(c *partCache, k partKey) *partState {
+	if !c.ok || c.k != k {
+		c.k, c.ps, c.ok = k, l.parts[k], true
 	}
-	return l.parts[call.offsets[i].part]
+	return c.ps
 }
 
 // Releases are acknowledgements per share session (RELEASEs, or a
@@ -144,14 +153,14 @@ func (l *Ledger) sendReleases(call *Call, releases Releases) {
 func (l *Ledger) Finish(call *Call) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var ps *partState
-	for i, r := range call.offsets {
+	var parts partCache
+	for _, r := range call.offsets {
 		st := r.st
 		if st.call != call {
 			continue
 		}
 		if st.clientAcked || call.redelivered {
-			ps = l.partOf(call, i, ps)
+			ps := l.partOf(&parts, r.part)
 			ps.drop(r.offset, st)
 		} else {
 			st.state, st.call = stApplied, nil
