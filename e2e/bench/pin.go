@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,12 +46,7 @@ func taskset(pid int, cpus string) error {
 // machine, and this process, to the client CPUs.
 func (p *pinning) pinBrokersAndSelf(seeds []string) error {
 	for _, s := range seeds {
-		_, port, err := net.SplitHostPort(s)
-		if err != nil {
-			return err
-		}
-		n, _ := strconv.Atoi(port)
-		pid, err := listenerPID(n)
+		pid, err := seedPID(s)
 		if err != nil {
 			return fmt.Errorf("--pin: the broker at %s: %w (pin mode needs the broker on this machine)", s, err)
 		}

@@ -58,16 +58,22 @@ func readProcMem(pid int) (procMem, error) {
 func localBrokers(seeds []string) []int {
 	var pids []int
 	for _, s := range seeds {
-		_, port, err := net.SplitHostPort(s)
-		if err != nil {
-			continue
-		}
-		n, _ := strconv.Atoi(port)
-		if pid, err := listenerPID(n); err == nil {
+		if pid, err := seedPID(s); err == nil {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// seedPID is the pid of the process of this machine listening on seed's
+// port.
+func seedPID(seed string) (int, error) {
+	_, port, err := net.SplitHostPort(seed)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := strconv.Atoi(port)
+	return listenerPID(n)
 }
 
 // cpuBenchProcess names this process's CPU line: the Go pipelines' clients
