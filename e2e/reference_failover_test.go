@@ -32,7 +32,9 @@ func needThreeBrokers(t *testing.T, b *Backend) {
 }
 
 // leaderOf is the node id of the leader of topic/partition, asked straight
-// of the cluster.
+// of the cluster. A topic just created may not be in the metadata of the
+// broker asked yet (on three nodes each learns it from the controller in its
+// own time), so an absent partition or leader is asked again for up to 30 s.
 func leaderOf(t *testing.T, b *Backend, topic string, partition int32) int32 {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Seeds...))
@@ -40,15 +42,22 @@ func leaderOf(t *testing.T, b *Backend, topic string, partition int32) int32 {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	md, err := kadm.NewClient(cl).Metadata(ctxT(t, 30*time.Second), topic)
-	if err != nil {
-		t.Fatal(err)
+	adm := kadm.NewClient(cl)
+	ctx := ctxT(t, 30*time.Second)
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := md.Topics[topic].Partitions[partition]; ok && p.Err == nil && p.Leader >= 0 {
+			return p.Leader
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no leader of partition %d of %s in 30 s", partition, topic)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	p, ok := md.Topics[topic].Partitions[partition]
-	if !ok {
-		t.Fatalf("no partition %d of %s", partition, topic)
-	}
-	return p.Leader
 }
 
 // shareCoordinatorOf is the node hosting the share state of
