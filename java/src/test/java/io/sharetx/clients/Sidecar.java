@@ -15,6 +15,7 @@ import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -27,6 +28,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /** The sidecar (and the cluster behind it) the scenario tests run against, from SHARETX_BOOTSTRAP. */
@@ -156,11 +159,25 @@ final class Sidecar {
             }
             Map<String, Object> pc = new HashMap<>(conf);
             pc.put(ProducerConfig.LINGER_MS_CONFIG, 0);
+            // One request in flight per connection: right after CreateTopics the broker may answer
+            // for a partition before it hosts its log (NOT_LEADER_OR_FOLLOWER); with several batches
+            // in flight a later one can land first, and an idempotent producer then retries the
+            // earlier one against OUT_OF_ORDER_SEQUENCE until its delivery timeout (seen on Kafka
+            // 4.2.2: the records were missing and the test waited for them). Each send is checked.
+            pc.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, 1);
             try (KafkaProducer<String, String> p = new KafkaProducer<>(pc, new StringSerializer(), new StringSerializer())) {
+                List<Future<RecordMetadata>> sent = new ArrayList<>();
                 for (int i = from; i < from + n; i++) {
-                    p.send(new ProducerRecord<>(in, null, "key-" + i, "value-" + i));
+                    sent.add(p.send(new ProducerRecord<>(in, null, "key-" + i, "value-" + i)));
                 }
                 p.flush();
+                for (int i = 0; i < sent.size(); i++) {
+                    try {
+                        sent.get(i).get();
+                    } catch (ExecutionException e) {
+                        throw new AssertionError("producing the input record value-" + (from + i) + " to " + in + " failed", e.getCause());
+                    }
+                }
             }
         }
 
