@@ -421,3 +421,33 @@ func TestKIP1289AnotherMembersOffsets(t *testing.T) {
 		}
 	})
 }
+
+// TestKIP1289CallsOfOneTransactionAppliedTogether: three polls of one record
+// each, staged by three calls in one transaction; at the commit the proxy
+// applies them upstream in one acknowledgement of the member's session (the
+// applier counts each request it made for a committed transaction), not one
+// per call, and nothing is left to deliver.
+func TestKIP1289CallsOfOneTransactionAppliedTogether(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := newRefSetup(t, b, 3, 1)
+		ctx := ctxT(t, 2*time.Minute)
+		rc := s.client(t, kgo.ShareMaxRecords(1), kgo.ShareMaxRecordsStrict())
+		if err := rc.producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for seen := 0; seen < 3; {
+			recs := rc.poll(t, ctx, 1)
+			seen += len(recs)
+			if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
+				t.Fatalf("TxnShareAcknowledge of poll %d: %v (%s)", seen, res.err(), res.message)
+			}
+		}
+		before := s.p.KIP().Stats().Applied
+		rc.endTxn(t, ctx, true)
+		Wait(t, 30*time.Second, "applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		if got := s.p.KIP().Stats().Applied - before; got != 1 {
+			t.Fatalf("the transaction's three calls took %d acknowledgements upstream, want 1", got)
+		}
+		s.nothingLeft(t, rc)
+	})
+}

@@ -107,18 +107,48 @@ func (r *Resolver) EndTxn(txnID string, pid int64, epoch int16, commit bool) {
 		}
 	}
 	r.mu.Unlock()
-	for _, loc := range locs {
-		r.resolve(loc, commit, "end_txn")
-	}
+	r.resolveTogether(locs, commit, "end_txn")
 }
 
 // Resolve applies a control marker to the shadow record at
 // partition/offset. Idempotent: a record resolved once is forgotten.
 func (r *Resolver) Resolve(partition int32, offset int64, commit bool) {
-	r.resolve(staging.Loc{int64(partition), offset}, commit, "marker")
+	r.resolveTogether([]staging.Loc{{int64(partition), offset}}, commit, "marker")
 }
 
-func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) {
+// ResolveAll applies one control marker to every shadow record it resolves
+// (the records of its transaction on that partition, Follow).
+func (r *Resolver) ResolveAll(res []Resolution) {
+	if len(res) == 0 {
+		return
+	}
+	locs := make([]staging.Loc, len(res))
+	for i, x := range res {
+		locs[i] = staging.Loc{int64(x.Partition), x.Offset}
+	}
+	r.resolveTogether(locs, res[0].Commit, "marker")
+}
+
+// resolveTogether resolves the calls of one transaction and applies the
+// committed ones together: one acknowledgement per member session for the
+// whole transaction, not one per call (a transaction fed by several polls
+// stages a call for each).
+func (r *Resolver) resolveTogether(locs []staging.Loc, commit bool, via string) {
+	var committed []*staging.Call
+	for _, loc := range locs {
+		if c := r.resolve(loc, commit, via); c != nil {
+			committed = append(committed, c)
+		}
+	}
+	if len(committed) > 0 {
+		go r.apply(committed...)
+	}
+}
+
+// resolve settles the call staged at loc (and the redelivered records held
+// for it) as commit says. It returns the call when it committed, for the
+// caller to apply; nil when there was none or it aborted.
+func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) *staging.Call {
 	held := r.ledger.ResolveKnown(loc, commit)
 	for _, call := range held {
 		r.mRedelivered.WithLabelValues(map[bool]string{true: "held_then_committed", false: "held_then_aborted"}[commit]).Add(float64(call.Len()))
@@ -129,35 +159,54 @@ func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) {
 	delete(r.calls, loc)
 	r.mu.Unlock()
 	if call == nil {
-		return
+		return nil
 	}
 	if !commit {
 		r.mMarkers.WithLabelValues("abort", via).Inc()
 		for k, acks := range r.ledger.Abort(call) {
 			r.applier.Release(k, acks, call.TxnID()) // off this goroutine
 		}
-		return
+		return nil
 	}
 	r.mMarkers.WithLabelValues("commit", via).Inc()
 	r.ledger.Commit(call)
-	go r.apply(call)
+	return call
 }
 
-// apply sends the committed acknowledgements of call upstream, on the share
-// session of the member that acquired them, then marks them applied.
-func (r *Resolver) apply(call *staging.Call) {
-	ok := true
-	for k, acks := range call.Acks() {
-		if err := r.applier.Acknowledge(k, acks, call.CommittedAt()); err != nil {
-			ok = false
-			r.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", call.TxnID(), "group", call.Group(), "member", call.Member(), "node", k.Node, "err", err)
+// apply sends the committed acknowledgements of calls upstream, one request
+// per share session of the members that acquired them (the calls' offsets
+// are disjoint: a record is staged once), then marks each call applied
+// whose every session took them.
+func (r *Resolver) apply(calls ...*staging.Call) {
+	bySession := map[upstream.SessionKey]upstream.Acks{}
+	callsOf := map[upstream.SessionKey][]int{}
+	for i, call := range calls {
+		for k, acks := range call.Acks() {
+			if merged := bySession[k]; merged == nil {
+				bySession[k] = acks
+			} else {
+				merged.Merge(acks)
+			}
+			callsOf[k] = append(callsOf[k], i)
 		}
 	}
-	if loc, staged := call.Loc(); ok && staged && !call.CommittedAt().IsZero() {
-		// Applied: the broker never hands these offsets out again.
-		r.ledger.ForgetApplied(loc)
+	failed := make([]bool, len(calls))
+	for k, acks := range bySession {
+		first := calls[callsOf[k][0]]
+		if err := r.applier.Acknowledge(k, acks, first.CommittedAt()); err != nil {
+			for _, i := range callsOf[k] {
+				failed[i] = true
+			}
+			r.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", first.TxnID(), "group", k.Group, "member", k.Member, "node", k.Node, "calls", len(callsOf[k]), "err", err)
+		}
 	}
-	r.ledger.Finish(call)
+	for i, call := range calls {
+		if loc, staged := call.Loc(); !failed[i] && staged && !call.CommittedAt().IsZero() {
+			// Applied: the broker never hands these offsets out again.
+			r.ledger.ForgetApplied(loc)
+		}
+		r.ledger.Finish(call)
+	}
 }
 
 // Stats counts the staged calls resolved as committed and as aborted.

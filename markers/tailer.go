@@ -62,6 +62,9 @@ type handlers struct {
 	// next COMMIT/ABORT marker of its producer id with an epoch >= the
 	// batch's epoch is read on the same partition.
 	OnResolve func(Resolution)
+	// OnResolveAll, when set, is called instead of OnResolve with all the
+	// records one marker resolves (its transaction's on that partition).
+	OnResolveAll func([]Resolution)
 	// Key, when set, is the shadow key: only version 2 records signed with
 	// it, whose producer id and epoch are the record batch's, are handled;
 	// any other shadow record changes nothing and is reported to OnRejected.
@@ -107,6 +110,7 @@ func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onR
 // are staged in open transactions and which were committed (docs/design.md §8.1).
 func startAll(opts []kgo.Opt, topic string, start map[int32]int64, h handlers) (*Tailer, error) {
 	r := newMatcher("", h.OnResolve)
+	r.onResolveAll = h.OnResolveAll
 	r.onStaged = h.OnStaged
 	r.key, r.onRejected, r.onRead = h.Key, h.OnRejected, h.OnRead
 	return newTailer(opts, topic, start, r)
@@ -116,11 +120,11 @@ func startAll(opts []kgo.Opt, topic string, start map[int32]int64, h handlers) (
 // resolves them by their markers, trusting only records signed with key.
 func Follow(opts []kgo.Opt, topic string, start map[int32]int64, key []byte, r *Resolver) (*Tailer, error) {
 	return startAll(opts, topic, start, handlers{
-		OnStaged:   func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
-		OnResolve:  func(res Resolution) { r.Resolve(res.Partition, res.Offset, res.Commit) },
-		Key:        key,
-		OnRejected: r.RejectShadow,
-		OnRead:     r.countRead,
+		OnStaged:     func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
+		OnResolveAll: r.ResolveAll,
+		Key:          key,
+		OnRejected:   r.RejectShadow,
+		OnRead:       r.countRead,
 	})
 }
 
@@ -289,9 +293,10 @@ type logRecord struct {
 // matcher is the Tailer's state machine, fed records in log order per
 // partition.
 type matcher struct {
-	proxyID   string // "" = every proxy
-	onResolve func(Resolution)
-	onStaged  func(stagedRecord)
+	proxyID      string // "" = every proxy
+	onResolve    func(Resolution)
+	onResolveAll func([]Resolution) // instead of onResolve when set
+	onStaged     func(stagedRecord)
 
 	key        []byte
 	onRejected func(partition int32, offset int64, reason string)
@@ -386,6 +391,12 @@ func (r *matcher) handle(rec logRecord) {
 	}
 	if newStaged != nil && r.onStaged != nil {
 		r.onStaged(*newStaged)
+	}
+	if r.onResolveAll != nil {
+		if len(out) > 0 {
+			r.onResolveAll(out)
+		}
+		return
 	}
 	for _, res := range out {
 		r.onResolve(res)

@@ -46,6 +46,22 @@ func (a Acks) Count() int {
 	return n
 }
 
+// Merge adds every acknowledgement of b to a (b's type wins for an offset
+// both hold; the resolver merges calls, whose offsets are disjoint). A
+// partition's map that a lacks is taken over from b, not copied.
+func (a Acks) Merge(b Acks) {
+	for tp, offs := range b {
+		m := a[tp]
+		if m == nil {
+			a[tp] = offs
+			continue
+		}
+		for o, ty := range offs {
+			m[o] = ty
+		}
+	}
+}
+
 // Applier sends the proxy's own acknowledgements upstream on the members'
 // share sessions: committed acknowledgements, releases of aborted
 // transactions' records, and RENEWs of held records' locks. It keeps the
