@@ -3,16 +3,27 @@
 twin on confluent-kafka: one transaction holds up to --batch records, one output per input (the
 input's value, keyed "partition:offset", the id the bench's exactly-once check counts).
 
+Every mode commits transactions of exactly --batch records (the last one of a run may hold fewer),
+taking them from as many polls as it needs: librdkafka's share consumer does not cap a poll (its
+max.poll.records is best-effort and whole record batches, 1013-1974 records at 1000 here), and
+cutting each poll into transactions of at most --batch records made transactions of about 520 at
+1000 (a full one and the poll's remainder) against the consumer group's 1000. A transaction left
+open at the end of a poll takes its first records from the next poll; an empty poll commits it, and so
+does the record that reaches --target.
+
 - --mode share: confluent-kafka's ShareConsumer in explicit mode and a sharetx.Producer through the
   sharetx sidecar, the inputs' ACCEPTs bound to the transaction
-  (send_share_acknowledgements_to_transaction), the pattern of python/README.md. librdkafka's share
-  consumer does not cap a poll: a poll is processed in transactions of at most --batch records.
+  (send_share_acknowledgements_to_transaction once for each poll's part of it, then
+  acknowledge_handed_over before the next poll), the pattern of python/README.md.
 - --mode group: confluent-kafka's own consumer-group exactly-once, direct: a Consumer
   (read_committed, no auto-commit, consume(--batch)) and a transactional Producer with
-  send_offsets_to_transaction(position, consumer_group_metadata()).
+  send_offsets_to_transaction(the transaction's next offsets, consumer_group_metadata()).
 - --mode share-txn: the same ShareConsumer and a transactional confluent-kafka Producer, direct, the
   ACCEPTs after the commit: Kafka transactions alone, at-least-once, what the share consumer and the
-  broker do with no sharetx in the path (the twin of the Go bench's kafka-txn direct).
+  broker do with no sharetx in the path (the twin of the Go bench's kafka-txn direct). The part of a
+  transaction still open when the next poll comes is ACCEPTed before that poll (the consumer takes
+  acknowledgements of its latest poll only), so those records are at-most-once; the bench injects
+  no faults, and the mode stays the ceiling of the same loop without sharetx.
 
 Flags: --mode share|group|share-txn --bootstrap --in --out --group --transactional-id --batch (1000) --target
 (stop once that many inputs are committed) --max-seconds (or that long after the first record).
@@ -41,6 +52,7 @@ class Result:
         self.records = self.transactions = self.aborts = 0
         self.first = self.last = 0.0
         self.ms: Dict[str, List[float]] = {"commit": [], "poll": [], "send": [], "stage": []}
+        self.txn_ms: Dict[str, float] = {}  # the open transaction's phases, summed over its polls
 
     def line(self, mode: str) -> str:
         secs = max(self.last - self.first, 1e-9)
@@ -54,11 +66,18 @@ class Result:
         return out
 
     def timed(self, what: str, step: Callable[[], Any]) -> Any:
+        """Runs a phase of the open transaction; end_txn records its time (one value per
+        transaction, however many polls fed it)."""
         t = time.monotonic()
         try:
             return step()
         finally:
-            self.ms[what].append((time.monotonic() - t) * 1000)
+            self.txn_ms[what] = self.txn_ms.get(what, 0.0) + (time.monotonic() - t) * 1000
+
+    def end_txn(self) -> None:
+        for what, ms in self.txn_ms.items():
+            self.ms[what].append(ms)
+        self.txn_ms = {}
 
     def done(self, target: int, max_seconds: float) -> bool:
         return self.records >= target or (self.first != 0 and time.monotonic() - self.first > max_seconds)
@@ -91,37 +110,94 @@ def produce_all(p: Producer, topic: str, msgs: List[Any]) -> None:
                 p.poll(0.01)  # the local queue is full: let it drain
 
 
-def loop(a: argparse.Namespace, r: Result, poll: Callable[[], List[Any]], commit: Callable[[List[Any]], None],
-         abort: Callable[[List[Any]], None]) -> None:
+class Mode:
+    """What a mode does with its transaction; the loop decides when (see the module doc).
+
+    add: the outputs of ``part`` (records of the current poll) into the open transaction, and
+    whatever binds the inputs to it. carry: the open transaction's records of this poll, before
+    the next poll. commit and abort: the whole transaction (``txn``), ``this_poll`` its records of
+    the current poll that the consumer has not been told about yet. abort returns whether the
+    rest of the poll may still be processed (False: the consumer will deliver it again)."""
+
+    def begin(self) -> None:
+        raise NotImplementedError
+
+    def add(self, part: List[Any]) -> None:
+        raise NotImplementedError
+
+    def carry(self, this_poll: List[Any]) -> None:
+        pass
+
+    def commit(self, txn: List[Any], this_poll: List[Any]) -> None:
+        raise NotImplementedError
+
+    def abort(self, txn: List[Any], this_poll: List[Any]) -> bool:
+        raise NotImplementedError
+
+
+def loop(a: argparse.Namespace, r: Result, poll: Callable[[], List[Any]], mode: Mode) -> None:
     deadline = time.monotonic() + a.max_seconds + 60  # the join may take a while
     failed_in_a_row = 0
+    txn: List[Any] = []  # the open transaction's records
+    this_poll: List[Any] = []  # its records of the current poll not yet acknowledged on the consumer
+
+    def attempt(step: Callable[[], None], finishing: bool) -> bool:
+        """Runs step (a part's add, or the commit); on failure aborts the transaction. Returns
+        whether the rest of the current poll may be processed."""
+        nonlocal txn, this_poll, failed_in_a_row
+        try:
+            step()
+        except KafkaException as e:
+            if sharetx.is_fatal(e):
+                raise
+            go_on = mode.abort(txn, this_poll)
+            r.aborts += 1
+            r.txn_ms = {}
+            print("aborted a transaction of %d records: %s" % (len(txn), e), file=sys.stderr, flush=True)
+            txn, this_poll = [], []
+            failed_in_a_row += 1
+            if failed_in_a_row >= 5:
+                raise RuntimeError("5 transactions in a row failed, the last: %s" % e) from e
+            return go_on
+        if finishing:
+            r.records += len(txn)
+            r.transactions += 1
+            r.last = time.monotonic()
+            r.end_txn()
+            failed_in_a_row = 0
+            txn, this_poll = [], []
+        return True
+
     while not r.done(a.target, a.max_seconds):
         if time.monotonic() > deadline:
             raise RuntimeError("%d records before the deadline" % r.records)
         t = time.monotonic()
         msgs = poll()
         if not msgs:
+            if txn:  # the input paused or ended: do not hold the open transaction
+                attempt(lambda: mode.commit(txn, this_poll), True)
             continue
         r.ms["poll"].append((time.monotonic() - t) * 1000)
         if not r.first:
             r.first = time.monotonic()
-        for i in range(0, len(msgs), a.batch):
-            batch = msgs[i:i + a.batch]
-            try:
-                commit(batch)
-                r.records += len(batch)
-                r.transactions += 1
-                r.last = time.monotonic()
-                failed_in_a_row = 0
-            except KafkaException as e:
-                if sharetx.is_fatal(e):
-                    raise
-                abort(batch)
-                r.aborts += 1
-                print("aborted a transaction of %d records: %s" % (len(batch), e), file=sys.stderr, flush=True)
-                failed_in_a_row += 1
-                if failed_in_a_row >= 5:
-                    raise RuntimeError("5 transactions in a row failed, the last: %s" % e) from e
+        i = 0
+        while i < len(msgs):
+            if not txn:
+                mode.begin()
+            part = msgs[i:i + a.batch - len(txn)]
+            i += len(part)
+            txn += part
+            this_poll += part
+            if not attempt(lambda: mode.add(part), False):
+                break
+            full = len(txn) >= a.batch or r.records + len(txn) >= a.target  # the run's last one: now
+            if full and not attempt(lambda: mode.commit(txn, this_poll), True):
+                break
+        if txn:
+            mode.carry(this_poll)
+            this_poll = []
+    if txn:
+        attempt(lambda: mode.commit(txn, this_poll), True)
 
 
 def share_consumer_config(a: argparse.Namespace) -> Dict[str, Any]:
@@ -141,19 +217,27 @@ def share(a: argparse.Namespace) -> Result:
         producer.init_transactions(60)
         md = sharetx.share_group_metadata(consumer, a.group)
 
-        def commit(msgs: List[Any]) -> None:
-            producer.begin_transaction()
-            r.timed("send", lambda: produce_all(producer, a.output, msgs))
-            r.timed("stage", lambda: producer.send_share_acknowledgements_to_transaction(
-                sharetx.ShareAcknowledgements.from_messages(msgs, AcknowledgeType.ACCEPT), md))
-            r.timed("commit", lambda: producer.commit_transaction(60))
-            sharetx.acknowledge_handed_over(consumer, msgs)
+        class Share(Mode):
+            def begin(self) -> None:
+                producer.begin_transaction()
 
-        def abort(msgs: List[Any]) -> None:
-            producer.abort_transaction(60)
-            sharetx.release_for_redelivery(consumer, msgs)
+            def add(self, part: List[Any]) -> None:
+                r.timed("send", lambda: produce_all(producer, a.output, part))
+                r.timed("stage", lambda: producer.send_share_acknowledgements_to_transaction(
+                    sharetx.ShareAcknowledgements.from_messages(part, AcknowledgeType.ACCEPT), md))
+                sharetx.acknowledge_handed_over(consumer, part)
 
-        loop(a, r, lambda: [m for m in consumer.poll(1.0) if m.error() is None], commit, abort)
+            def commit(self, txn: List[Any], this_poll: List[Any]) -> None:
+                r.timed("commit", lambda: producer.commit_transaction(60))
+
+            def abort(self, txn: List[Any], this_poll: List[Any]) -> bool:
+                producer.abort_transaction(60)
+                # The staged records of earlier polls the sidecar released at the abort; this
+                # poll's, staged or not, RELEASE (replacing their handed-over ACCEPT).
+                sharetx.release_for_redelivery(consumer, this_poll)
+                return True
+
+        loop(a, r, lambda: [m for m in consumer.poll(1.0) if m.error() is None], Share())
     finally:
         consumer.close()
         producer.close(10)
@@ -170,17 +254,26 @@ def share_txn(a: argparse.Namespace) -> Result:
         consumer.subscribe([a.input])
         producer.init_transactions(60)
 
-        def commit(msgs: List[Any]) -> None:
-            producer.begin_transaction()
-            r.timed("send", lambda: produce_all(producer, a.output, msgs))
-            r.timed("commit", lambda: producer.commit_transaction(60))
-            sharetx.acknowledge_handed_over(consumer, msgs)
+        class ShareTxn(Mode):
+            def begin(self) -> None:
+                producer.begin_transaction()
 
-        def abort(msgs: List[Any]) -> None:
-            producer.abort_transaction(60)
-            sharetx.release_for_redelivery(consumer, msgs)
+            def add(self, part: List[Any]) -> None:
+                r.timed("send", lambda: produce_all(producer, a.output, part))
 
-        loop(a, r, lambda: [m for m in consumer.poll(1.0) if m.error() is None], commit, abort)
+            def carry(self, this_poll: List[Any]) -> None:
+                sharetx.acknowledge_handed_over(consumer, this_poll)  # before the next poll (module doc)
+
+            def commit(self, txn: List[Any], this_poll: List[Any]) -> None:
+                r.timed("commit", lambda: producer.commit_transaction(60))
+                sharetx.acknowledge_handed_over(consumer, this_poll)
+
+            def abort(self, txn: List[Any], this_poll: List[Any]) -> bool:
+                producer.abort_transaction(60)
+                sharetx.release_for_redelivery(consumer, this_poll)
+                return True
+
+        loop(a, r, lambda: [m for m in consumer.poll(1.0) if m.error() is None], ShareTxn())
     finally:
         consumer.close()
     return r
@@ -196,25 +289,31 @@ def group(a: argparse.Namespace) -> Result:
         consumer.subscribe([a.input])
         producer.init_transactions(60)
 
-        def commit(msgs: List[Any]) -> None:
-            producer.begin_transaction()
-            r.timed("send", lambda: produce_all(producer, a.output, msgs))
-            nxt: Dict[Any, int] = {}
-            for m in msgs:
-                nxt[(m.topic(), m.partition())] = m.offset() + 1
-            offsets = [TopicPartition(t, p, o) for (t, p), o in nxt.items()]
-            r.timed("stage", lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 60))
-            r.timed("commit", lambda: producer.commit_transaction(60))
+        class Group(Mode):
+            def begin(self) -> None:
+                producer.begin_transaction()
 
-        def abort(msgs: List[Any]) -> None:
-            producer.abort_transaction(60)
-            first: Dict[Any, int] = {}
-            for m in msgs:  # process them again
-                first.setdefault((m.topic(), m.partition()), m.offset())
-            for (t, p), o in first.items():
-                consumer.seek(TopicPartition(t, p, o))
+            def add(self, part: List[Any]) -> None:
+                r.timed("send", lambda: produce_all(producer, a.output, part))
 
-        loop(a, r, lambda: [m for m in consumer.consume(a.batch, 1.0) if m.error() is None], commit, abort)
+            def commit(self, txn: List[Any], this_poll: List[Any]) -> None:
+                nxt: Dict[Any, int] = {}
+                for m in txn:
+                    nxt[(m.topic(), m.partition())] = m.offset() + 1
+                offsets = [TopicPartition(t, p, o) for (t, p), o in nxt.items()]
+                r.timed("stage", lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 60))
+                r.timed("commit", lambda: producer.commit_transaction(60))
+
+            def abort(self, txn: List[Any], this_poll: List[Any]) -> bool:
+                producer.abort_transaction(60)
+                first: Dict[Any, int] = {}
+                for m in txn:  # process them again
+                    first.setdefault((m.topic(), m.partition()), m.offset())
+                for (t, p), o in first.items():
+                    consumer.seek(TopicPartition(t, p, o))
+                return False  # the rest of the poll comes again after the seek
+
+        loop(a, r, lambda: [m for m in consumer.consume(a.batch, 1.0) if m.error() is None], Group())
     finally:
         consumer.close()
     return r
