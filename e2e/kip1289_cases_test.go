@@ -422,24 +422,23 @@ func TestKIP1289AnotherMembersOffsets(t *testing.T) {
 	})
 }
 
-// TestKIP1289CallsOfOneTransactionAppliedTogether: three polls of one record
-// each, staged by three calls in one transaction; at the commit the proxy
-// applies them upstream in one acknowledgement of the member's session (the
-// applier counts each request it made for a committed transaction), not one
-// per call, and nothing is left to deliver.
+// TestKIP1289CallsOfOneTransactionAppliedTogether: three records staged by
+// three calls in one transaction (as an application that feeds a
+// transaction from several polls stages each poll's part); at the commit
+// the proxy applies them upstream in one acknowledgement of the member's
+// session (the applier counts each request it made for a committed
+// transaction), not one per call, and nothing is left to deliver.
 func TestKIP1289CallsOfOneTransactionAppliedTogether(t *testing.T) {
 	Backends(t, 1, func(t *testing.T, b *Backend) {
 		s := newRefSetup(t, b, 3, 1)
 		ctx := ctxT(t, 2*time.Minute)
-		rc := s.client(t, kgo.ShareMaxRecords(1), kgo.ShareMaxRecordsStrict())
-		if err := rc.producer.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for seen := 0; seen < 3; {
-			recs := rc.poll(t, ctx, 1)
-			seen += len(recs)
-			if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
-				t.Fatalf("TxnShareAcknowledge of poll %d: %v (%s)", seen, res.err(), res.message)
+		rc := s.client(t)
+		recs := rc.pollUntil(t, ctx, 3)
+		rc.beginAndStage(t, ctx, recs[:1], 1)
+		m := rc.metadata(t, ctx)
+		for i, r := range recs[1:] {
+			if res := rc.stage(t, ctx, m, []*kgo.Record{r}, 1); res.code != 0 {
+				t.Fatalf("TxnShareAcknowledge %d: %v (%s)", i+2, res.err(), res.message)
 			}
 		}
 		before := s.p.KIP().Stats().Applied
@@ -450,4 +449,14 @@ func TestKIP1289CallsOfOneTransactionAppliedTogether(t *testing.T) {
 		}
 		s.nothingLeft(t, rc)
 	})
+}
+
+// pollUntil polls until it holds n records.
+func (rc *refClient) pollUntil(t *testing.T, ctx context.Context, n int) []*kgo.Record {
+	t.Helper()
+	var recs []*kgo.Record
+	for len(recs) < n {
+		recs = append(recs, rc.poll(t, ctx, n-len(recs))...)
+	}
+	return recs
 }
