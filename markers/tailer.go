@@ -58,13 +58,11 @@ type handlers struct {
 	// OnStaged is called for every shadow record (of any proxy) when it is
 	// read, before its transaction is resolved. May be nil.
 	OnStaged func(stagedRecord)
-	// OnResolve is called for every shadow record (of any proxy) once the
-	// next COMMIT/ABORT marker of its producer id with an epoch >= the
-	// batch's epoch is read on the same partition.
-	OnResolve func(Resolution)
-	// OnResolveAll, when set, is called instead of OnResolve with all the
-	// records one marker resolves (its transaction's on that partition).
-	OnResolveAll func([]Resolution)
+	// OnResolve is called once per COMMIT/ABORT marker that resolves shadow
+	// records (of any proxy): with every record of its producer id, at an
+	// epoch <= the marker's, read before it on the same partition (its
+	// transaction's records there; never empty).
+	OnResolve func([]Resolution)
 	// Key, when set, is the shadow key: only version 2 records signed with
 	// it, whose producer id and epoch are the record batch's, are handled;
 	// any other shadow record changes nothing and is reported to OnRejected.
@@ -102,7 +100,16 @@ type stagedRecord struct {
 // Fetch errors are logged and retried (by the client). Close stops the
 // Tailer.
 func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onResolve func(Resolution)) (*Tailer, error) {
-	return newTailer(opts, topic, start, newMatcher(proxyID, onResolve))
+	return newTailer(opts, topic, start, newMatcher(proxyID, each(onResolve)))
+}
+
+// each is a per-marker callback that calls f for every record it resolves.
+func each(f func(Resolution)) func([]Resolution) {
+	return func(rs []Resolution) {
+		for _, r := range rs {
+			f(r)
+		}
+	}
 }
 
 // startAll is NewTailer for the shadow records of every proxy: a restarted
@@ -110,7 +117,6 @@ func NewTailer(opts []kgo.Opt, topic, proxyID string, start map[int32]int64, onR
 // are staged in open transactions and which were committed (docs/design.md §8.1).
 func startAll(opts []kgo.Opt, topic string, start map[int32]int64, h handlers) (*Tailer, error) {
 	r := newMatcher("", h.OnResolve)
-	r.onResolveAll = h.OnResolveAll
 	r.onStaged = h.OnStaged
 	r.key, r.onRejected, r.onRead = h.Key, h.OnRejected, h.OnRead
 	return newTailer(opts, topic, start, r)
@@ -120,11 +126,11 @@ func startAll(opts []kgo.Opt, topic string, start map[int32]int64, h handlers) (
 // resolves them by their markers, trusting only records signed with key.
 func Follow(opts []kgo.Opt, topic string, start map[int32]int64, key []byte, r *Resolver) (*Tailer, error) {
 	return startAll(opts, topic, start, handlers{
-		OnStaged:     func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
-		OnResolveAll: r.ResolveAll,
-		Key:          key,
-		OnRejected:   r.RejectShadow,
-		OnRead:       r.countRead,
+		OnStaged:   func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) },
+		OnResolve:  r.ResolveAll,
+		Key:        key,
+		OnRejected: r.RejectShadow,
+		OnRead:     r.countRead,
 	})
 }
 
@@ -293,10 +299,9 @@ type logRecord struct {
 // matcher is the Tailer's state machine, fed records in log order per
 // partition.
 type matcher struct {
-	proxyID      string // "" = every proxy
-	onResolve    func(Resolution)
-	onResolveAll func([]Resolution) // instead of onResolve when set
-	onStaged     func(stagedRecord)
+	proxyID   string             // "" = every proxy
+	onResolve func([]Resolution) // per marker, with the records it resolves
+	onStaged  func(stagedRecord)
 
 	key        []byte
 	onRejected func(partition int32, offset int64, reason string)
@@ -306,7 +311,7 @@ type matcher struct {
 	parts map[int32]*partState
 }
 
-func newMatcher(proxyID string, onResolve func(Resolution)) *matcher {
+func newMatcher(proxyID string, onResolve func([]Resolution)) *matcher {
 	return &matcher{proxyID: proxyID, onResolve: onResolve, parts: make(map[int32]*partState)}
 }
 
@@ -392,14 +397,8 @@ func (r *matcher) handle(rec logRecord) {
 	if newStaged != nil && r.onStaged != nil {
 		r.onStaged(*newStaged)
 	}
-	if r.onResolveAll != nil {
-		if len(out) > 0 {
-			r.onResolveAll(out)
-		}
-		return
-	}
-	for _, res := range out {
-		r.onResolve(res)
+	if len(out) > 0 {
+		r.onResolve(out)
 	}
 }
 

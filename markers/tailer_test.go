@@ -46,7 +46,7 @@ func tag(r Resolution) int64 {
 
 func TestResolver(t *testing.T) {
 	var got []Resolution
-	r := newMatcher(proxyID, func(res Resolution) { got = append(got, res) })
+	r := newMatcher(proxyID, each(func(res Resolution) { got = append(got, res) }))
 	feed := func(recs ...logRecord) {
 		for _, rec := range recs {
 			r.handle(rec)
@@ -343,12 +343,17 @@ func FuzzResolver(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		seen := map[[2]int64]bool{}
-		r := newMatcher(proxyID, func(res Resolution) {
-			k := [2]int64{int64(res.Partition), res.Offset}
-			if seen[k] {
-				t.Fatalf("offset %v resolved twice", k)
+		r := newMatcher(proxyID, func(rs []Resolution) {
+			if len(rs) == 0 {
+				t.Fatal("a marker resolved nothing but was reported")
 			}
-			seen[k] = true
+			for _, res := range rs {
+				k := [2]int64{int64(res.Partition), res.Offset}
+				if seen[k] {
+					t.Fatalf("offset %v resolved twice", k)
+				}
+				seen[k] = true
+			}
 		})
 		for i := 0; i+3 < len(in); i += 4 {
 			p, off, pid, epoch := int32(in[i]%2), int64(in[i+1]%16), int64(in[i+2]%3), int16(in[i+3]%4)
@@ -373,7 +378,7 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 	key := staging.DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
 	var got []Resolution
 	var rejected []string
-	r := newMatcher("", func(res Resolution) { got = append(got, res) })
+	r := newMatcher("", each(func(res Resolution) { got = append(got, res) }))
 	r.key = key
 	r.onRejected = func(_ int32, _ int64, reason string) { rejected = append(rejected, reason) }
 	var read []string
@@ -412,7 +417,7 @@ func TestResolverTrustsOnlySignedRecords(t *testing.T) {
 func BenchmarkTailOtherSidecarsCall(b *testing.B) {
 	key := staging.DeriveShadowKey([]byte("0123456789abcdef0123456789abcdef"))
 	r, _ := testResolver(b)
-	m := newMatcher("", func(res Resolution) { r.Resolve(res.Partition, res.Offset, res.Commit) })
+	m := newMatcher("", r.ResolveAll)
 	m.onStaged = func(st stagedRecord) { r.OnShadowRecord(st.Partition, st.Offset, st.Record) }
 	m.key, m.onRejected, m.onRead = key, r.RejectShadow, r.countRead
 	const producers = 64
