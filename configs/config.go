@@ -85,6 +85,11 @@ type KIP1289 struct {
 	// of the proxy's own that the member's next request would wait behind.
 	// 0: always on their own.
 	AckRideWait time.Duration `yaml:"ack_ride_wait"`
+	// WholeBatchWait is how long the committed acknowledgements of part of
+	// a batch the broker handed out whole wait for the rest of that batch
+	// to be committed, so that the broker takes the batch whole (it keeps
+	// state per offset for a batch acknowledged in parts). 0: never wait.
+	WholeBatchWait time.Duration `yaml:"whole_batch_wait"`
 	// RecoveryLookback is how far back in the shadow topic a starting proxy
 	// reads (by record timestamp) to learn which acknowledgements are staged
 	// or committed, so it can screen redelivered records. A committed
@@ -616,6 +621,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.CloseHold < 0 {
 		return errorf("kip1289.close_hold", "must not be negative (0: do not hold)")
+	}
+	if w := c.KIP1289.WholeBatchWait; w < 0 || w > 5*time.Second {
+		return errorf("kip1289.whole_batch_wait", "%v is outside 0..5s (0: committed acknowledgements never wait for the rest of their batch)", w)
 	}
 	if w := c.KIP1289.AckRideWait; w < 0 || w > time.Second {
 		return errorf("kip1289.ack_ride_wait", "%v is outside 0..1s (0: the proxy's acknowledgements never wait for the member's next fetch)", w)

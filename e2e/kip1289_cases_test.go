@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -459,4 +460,112 @@ func (rc *refClient) pollUntil(t *testing.T, ctx context.Context, n int) []*kgo.
 		recs = append(recs, rc.poll(t, ctx, n-len(recs))...)
 	}
 	return recs
+}
+
+// oneBatchSetup is a refSetup whose input holds n records written as one
+// record batch: the broker hands them out as one acquired batch.
+func oneBatchSetup(t *testing.T, b *Backend, n int, opts ...ProxyOpt) *refSetup {
+	t.Helper()
+	s := newRefSetupWith(t, b, "ref-group", func(adm *kadm.Client) string { return createTopic(t, adm, b, 1) }, 1, opts...)
+	cl := s.p.NewClient(t, &DialRecorder{}, kgo.ManualFlushing(), kgo.DefaultProduceTopic(s.in))
+	ctx := ctxT(t, time.Minute)
+	var results []<-chan error
+	for i := 0; i < n; i++ {
+		done := make(chan error, 1)
+		cl.Produce(ctx, &kgo.Record{Value: []byte(fmt.Sprintf("value-%d", i))}, func(_ *kgo.Record, err error) { done <- err })
+		results = append(results, done)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if err := <-r; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// transact runs one transaction as an application does: an output record,
+// recs' acknowledgements staged (ACCEPT), the outputs flushed, then franz-go's
+// EndTransaction (commit or abort).
+func (rc *refClient) transact(t *testing.T, ctx context.Context, recs []*kgo.Record, commit bool) {
+	t.Helper()
+	if err := rc.producer.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	rc.producer.Produce(ctx, kgo.StringRecord("out"), nil)
+	if res := rc.stage(t, ctx, rc.metadata(t, ctx), recs, 1); res.code != 0 {
+		t.Fatalf("TxnShareAcknowledge: %v (%s)", res.err(), res.message)
+	}
+	if err := rc.producer.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.producer.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatalf("EndTransaction(commit=%v): %v", commit, err)
+	}
+}
+
+func wholeBatchWait(d time.Duration) ProxyOpt {
+	return func(c *configs.Config) { c.KIP1289.WholeBatchWait = d }
+}
+
+// A transaction that commits part of an acquired batch leaves it with the
+// proxy until the next transaction commits the rest: the broker takes the
+// batch whole, in one acknowledgement (design.md §5.2, kip1289.whole_batch_wait).
+func TestKIP1289PartOfABatchWaitsForTheRest(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := oneBatchSetup(t, b, 200, wholeBatchWait(5*time.Second)) // the next commit comes well within it
+		ctx := ctxT(t, 2*time.Minute)
+		rc := s.client(t)
+		recs := rc.pollUntil(t, ctx, 200)
+		before := s.p.KIP().Stats()
+		rc.transact(t, ctx, recs[:120], true)
+		if st := s.p.KIP().Stats(); st.Pending != 120 || st.Applied != before.Applied {
+			t.Fatalf("after the first commit: %d pending, %d acknowledgements applied; want 120 pending (held for the rest of the batch), none applied", st.Pending, st.Applied-before.Applied)
+		}
+		rc.transact(t, ctx, recs[120:], true)
+		Wait(t, 30*time.Second, "applied", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		st := s.p.KIP().Stats()
+		if got := st.Applied - before.Applied; got != 1 {
+			t.Fatalf("two transactions over one acquired batch took %d acknowledgements upstream, want 1 (the batch whole)", got)
+		}
+		if st.HoldsCompleted-before.HoldsCompleted != 1 || st.HoldsExpired != before.HoldsExpired {
+			t.Fatalf("holds: %v completed, %v expired; want 1 completed, none expired", st.HoldsCompleted-before.HoldsCompleted, st.HoldsExpired-before.HoldsExpired)
+		}
+		s.nothingLeft(t, rc)
+	})
+}
+
+// A held part whose batch is not completed within the wait goes upstream on
+// its own; a transaction that aborts sends what is held of its batches at
+// once. Either way every committed record is acknowledged.
+func TestKIP1289PartOfABatchAfterTheWaitOrAnAbort(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := oneBatchSetup(t, b, 300, wholeBatchWait(200*time.Millisecond))
+		ctx := ctxT(t, 2*time.Minute)
+		rc := s.client(t)
+		recs := rc.pollUntil(t, ctx, 300)
+		before := s.p.KIP().Stats()
+		rc.transact(t, ctx, recs[:100], true)
+		Wait(t, 30*time.Second, "the held part sent after the wait", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		if st := s.p.KIP().Stats(); st.HoldsExpired-before.HoldsExpired != 1 || st.Applied-before.Applied != 1 {
+			t.Fatalf("after the wait: %v holds expired, %d acknowledgements applied; want 1 and 1", st.HoldsExpired-before.HoldsExpired, st.Applied-before.Applied)
+		}
+
+		// Held again (100 of the 200 left), then a transaction over the
+		// last 100 aborts: the held part goes at once, not after the wait.
+		s.p.KIP().Resolver().HoldBatches(time.Hour)
+		rc.transact(t, ctx, recs[100:200], true)
+		rc.transact(t, ctx, recs[200:], false)
+		Wait(t, 30*time.Second, "the held part sent at the abort", func() bool { return s.p.KIP().Stats().Pending == 0 })
+		if st := s.p.KIP().Stats(); st.HoldsAborted-before.HoldsAborted != 1 {
+			t.Fatalf("%v holds ended by the abort, want 1", st.HoldsAborted-before.HoldsAborted)
+		}
+		// The aborted hundred come back, offset by offset; committed, they
+		// complete nothing held.
+		again := rc.pollUntil(t, ctx, 100)
+		rc.transact(t, ctx, again, true)
+		s.nothingLeft(t, rc)
+	})
 }

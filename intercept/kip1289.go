@@ -154,6 +154,7 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 	if reg != nil {
 		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mStage, e.mRideMiss, e.mRefused, e.mFailures, newSizesCollector(e))
 	}
+	e.resolver.HoldBatches(cfg.WholeBatchWait)
 	go e.renewLoop()
 	return e
 }
@@ -290,6 +291,9 @@ type Stats struct {
 	EpochErrors   float64 // INVALID_SHARE_SESSION_EPOCH answers seen by clients
 	Renewals      float64 // successful lock RENEWs
 	InFlight      int     // client share-session requests waiting for their response
+	// Parts of acquired batches held for the rest of their batch, by how
+	// the hold ended (kip1289.whole_batch_wait).
+	HoldsCompleted, HoldsExpired, HoldsAborted float64
 }
 
 // Stats returns a snapshot of the engine.
@@ -299,6 +303,7 @@ func (e *KIP1289) Stats() Stats {
 	st.Applied, st.LatencyP50, st.LatencyP99, st.LatencyMean = as.Applied, as.LatencyP50, as.LatencyP99, as.Mean
 	st.ApplyFailures, st.Renewals = as.Failures, as.Renewals
 	st.Committed, st.Aborted = e.resolver.Stats()
+	st.HoldsCompleted, st.HoldsExpired, st.HoldsAborted = e.resolver.Holds()
 	st.AbsorbedAcks = e.ledger.Absorbed()
 	st.EpochErrors = promstat.Value(e.mEpochErrors)
 	return st

@@ -3,6 +3,7 @@ package markers
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,9 @@ type Resolver struct {
 	recoveredOnce sync.Once
 	waitRecovery  time.Duration // how long a redelivery waits for it, and for the barrier
 
+	hold *batchHold // nil: committed acknowledgements go upstream at once
+
+	mHolds       *prometheus.CounterVec
 	mMarkers     *prometheus.CounterVec
 	mRedelivered *prometheus.CounterVec
 	mRejected    *prometheus.CounterVec
@@ -65,11 +69,23 @@ func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.
 		mReadBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "shadow_read_bytes_total",
 			Help: "Key and value bytes of the records the proxy read from the shadow topic, by kind (as sharetx_shadow_read_records_total)."}, []string{"kind"}),
 	}
+	r.mHolds = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "batch_holds_total",
+		Help: "Committed acknowledgements of part of an acquired batch held for the rest of it (kip1289.whole_batch_wait), by how the hold ended: completed (the rest was committed: the batch went upstream whole), expired (not within the wait: sent on their own), aborted (a transaction with records of the batch aborted: sent at once)."}, []string{"outcome"})
 	r.readCounters = map[string]readCounter{}
 	if reg != nil {
-		reg.MustRegister(r.mMarkers, r.mRedelivered, r.mRejected, r.mRead, r.mReadBytes)
+		reg.MustRegister(r.mHolds, r.mMarkers, r.mRedelivered, r.mRejected, r.mRead, r.mReadBytes)
 	}
 	return r
+}
+
+// HoldBatches makes committed acknowledgements that cover only part of an
+// acquired batch wait up to wait for the rest of it (wholebatch.go); 0: they
+// never wait. Call it before the first resolution.
+func (r *Resolver) HoldBatches(wait time.Duration) {
+	r.hold = nil
+	if wait > 0 {
+		r.hold = &batchHold{wait: wait, held: map[heldKey]*heldPart{}}
+	}
 }
 
 // countRead counts a record the tailer read (it runs for every shadow record
@@ -163,6 +179,10 @@ func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) *staging.Ca
 	}
 	if !commit {
 		r.mMarkers.WithLabelValues("abort", via).Inc()
+		if r.hold != nil {
+			// The rest of a held batch will not be committed now.
+			go r.flushBatches(call.Batches())
+		}
 		for k, acks := range r.ledger.Abort(call) {
 			r.applier.Release(k, acks, call.TxnID()) // off this goroutine
 		}
@@ -176,7 +196,9 @@ func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) *staging.Ca
 // apply sends the committed acknowledgements of calls upstream, one request
 // per share session of the members that acquired them (the calls' offsets
 // are disjoint: a record is staged once), then marks each call applied
-// whose every session took them.
+// whose every session took them. With the batch hold on, the part of an
+// acquired batch they cover only in part waits for the rest of it
+// (wholebatch.go).
 func (r *Resolver) apply(calls ...*staging.Call) {
 	bySession := map[upstream.SessionKey]upstream.Acks{}
 	callsOf := map[upstream.SessionKey][]int{}
@@ -190,18 +212,94 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 			callsOf[k] = append(callsOf[k], i)
 		}
 	}
-	failed := make([]bool, len(calls))
-	for k, acks := range bySession {
-		first := calls[callsOf[k][0]]
-		if err := r.applier.Acknowledge(k, acks, first.CommittedAt()); err != nil {
-			for _, i := range callsOf[k] {
-				failed[i] = true
+	job := &applyJob{calls: calls, failed: make([]bool, len(calls)), left: 1} // 1: until every request is counted
+	var batches map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch
+	if r.hold != nil {
+		batches = map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch{}
+		for _, call := range calls {
+			for k, m := range call.Batches() {
+				if batches[k] == nil {
+					batches[k] = m
+					continue
+				}
+				for tp, bs := range m {
+					for _, b := range bs {
+						if !slices.Contains(batches[k][tp], b) {
+							batches[k][tp] = append(batches[k][tp], b)
+						}
+					}
+				}
 			}
-			r.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", first.TxnID(), "group", k.Group, "member", k.Member, "node", k.Node, "calls", len(callsOf[k]), "err", err)
 		}
 	}
-	for i, call := range calls {
-		if loc, staged := call.Loc(); !failed[i] && staged && !call.CommittedAt().IsZero() {
+	var sends []*upstreamSend
+	for k, acks := range bySession {
+		ref := jobRef{job, callsOf[k]}
+		s := &upstreamSend{k: k, acks: acks, refs: []jobRef{ref}, committed: calls[callsOf[k][0]].CommittedAt()}
+		if r.hold != nil && len(batches[k]) > 0 {
+			if n := r.hold.split(s, batches[k], ref, r.expire); n > 0 {
+				r.mHolds.WithLabelValues("completed").Add(float64(n))
+			}
+		}
+		if len(s.acks) == 0 {
+			continue // all held
+		}
+		job.add()
+		sends = append(sends, s)
+	}
+	for _, s := range sends {
+		r.send(s)
+	}
+	if job.done(nil, nil) {
+		r.finish(job)
+	}
+}
+
+// expire sends a held part of a batch on its own: the rest of the batch
+// was not committed within the hold.
+func (r *Resolver) expire(key heldKey, hp *heldPart) {
+	if !r.hold.take(key, hp) {
+		return
+	}
+	r.mHolds.WithLabelValues("expired").Inc()
+	r.send(&upstreamSend{k: key.session, acks: upstream.Acks{key.tp: hp.acks}, refs: hp.refs, committed: hp.committed})
+}
+
+// flushBatches sends at once what is held of batches.
+func (r *Resolver) flushBatches(batches map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch) {
+	for k, m := range batches {
+		for tp, bs := range m {
+			for _, b := range bs {
+				key := heldKey{k, tp, b}
+				if hp := r.hold.get(key); hp != nil && r.hold.take(key, hp) {
+					hp.timer.Stop()
+					r.mHolds.WithLabelValues("aborted").Inc()
+					r.send(&upstreamSend{k: k, acks: upstream.Acks{tp: hp.acks}, refs: hp.refs, committed: hp.committed})
+				}
+			}
+		}
+	}
+}
+
+// send sends s and counts it answered for every job it carries.
+func (r *Resolver) send(s *upstreamSend) {
+	err := r.applier.Acknowledge(s.k, s.acks, s.committed)
+	if err != nil {
+		first := s.refs[0].job.calls[s.refs[0].calls[0]]
+		r.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", first.TxnID(), "group", s.k.Group, "member", s.k.Member, "node", s.k.Node, "calls", len(s.refs), "err", err)
+	}
+	for _, ref := range s.refs {
+		if ref.job.done(ref.calls, err) {
+			r.finish(ref.job)
+		}
+	}
+}
+
+// finish marks the job's calls applied (those whose every request
+// succeeded) and finished.
+func (r *Resolver) finish(job *applyJob) {
+	for i, call := range job.calls {
+		if loc, staged := call.Loc(); !job.failed[i] && staged && !call.CommittedAt().IsZero() {
 			// Applied: the broker never hands these offsets out again.
 			r.ledger.ForgetApplied(loc)
 		}
@@ -212,6 +310,12 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 // Stats counts the staged calls resolved as committed and as aborted.
 func (r *Resolver) Stats() (committed, aborted float64) {
 	return promstat.Sum(r.mMarkers, "commit"), promstat.Sum(r.mMarkers, "abort")
+}
+
+// Holds counts the parts of acquired batches held for the rest of their
+// batch, by how the hold ended.
+func (r *Resolver) Holds() (completed, expired, aborted float64) {
+	return promstat.Sum(r.mHolds, "completed"), promstat.Sum(r.mHolds, "expired"), promstat.Sum(r.mHolds, "aborted")
 }
 
 // Calls is how many of this proxy's staged calls await their resolution.

@@ -267,7 +267,7 @@ func (l *Ledger) Acquired(ident string, node int32, group, member string, topic 
 				}
 			}
 		}
-		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, member: member, ident: ident, node: node, deadline: deadline, lock: lock})
+		ps.acq = append(ps.acq, acqRange{first: r.FirstOffset, last: r.LastOffset, batch: Batch{r.FirstOffset, r.LastOffset}, member: member, ident: ident, node: node, deadline: deadline, lock: lock})
 	}
 }
 

@@ -2,6 +2,7 @@ package staging
 
 import (
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -140,6 +141,10 @@ type offState struct {
 	renewing    bool          // a RENEW of it is in flight
 	clientAcked bool          // the client's own ack of it was absorbed
 	releaseReq  bool          // ...and that ack was RELEASE: honour it if the transaction aborts
+	// batch is the acquired batch the offset came in, as the ShareFetch
+	// response gave it (the broker's in-flight batch); zero when not known.
+	// Set once, when the entry is made, and never changed.
+	batch Batch
 	// gone: the entry left the map (drop) or was replaced (put). One that
 	// is not gone is the map's entry for its offset, so a pointer kept
 	// across an unlock (a call's offRef, an AckPlan) stands for a lookup.
@@ -195,6 +200,7 @@ func (ps *partState) pruneOwed(now time.Time) {
 // acqRange is a range of offsets one ShareFetch response handed to member.
 type acqRange struct {
 	first, last int64
+	batch       Batch // the range as the response gave it, before any trim
 	member      string
 	ident       string
 	node        int32
@@ -211,7 +217,7 @@ func (ps *partState) get(o int64) *offState {
 	for i := len(ps.acq) - 1; i >= 0; i-- {
 		r := &ps.acq[i]
 		if o >= r.first && o <= r.last {
-			st := &offState{member: r.member, ident: r.ident, node: r.node, deadline: r.deadline, lock: r.lock, state: stAcquired}
+			st := &offState{member: r.member, ident: r.ident, node: r.node, deadline: r.deadline, lock: r.lock, state: stAcquired, batch: r.batch}
 			if ps.offsets == nil {
 				ps.offsets = map[int64]*offState{}
 			}
@@ -521,37 +527,80 @@ func (c *Call) Loc() (loc Loc, ok bool) {
 	return Loc{int64(c.shadowPart), c.shadowOff}, true
 }
 
-// Acks are the call's acknowledgements by share session.
-//
-// A call's offsets come partition by partition: each run of one partition
-// on one node is one map, sized once, with no session key built and looked
-// up per offset (make bench: addRef per offset was most of a commit's
-// allocations at 1000-record transactions).
-func (c *Call) Acks() map[upstream.SessionKey]upstream.Acks {
-	out := Releases{}
+// runs calls f for each run of the call's offsets on one partition and
+// node: a call's offsets come partition by partition, so each run needs one
+// session key and one map, not one lookup per offset.
+func (c *Call) runs(f func(k upstream.SessionKey, tp upstream.TopicPartition, refs []offRef)) {
 	for i := 0; i < len(c.offsets); {
 		first := c.offsets[i]
 		j := i + 1
 		for j < len(c.offsets) && c.offsets[j].part == first.part && c.offsets[j].node == first.node {
 			j++
 		}
-		k := upstream.SessionKey{Node: first.node, Group: c.group, Member: c.member}
+		f(upstream.SessionKey{Node: first.node, Group: c.group, Member: c.member},
+			upstream.TopicPartition{Topic: first.part.topic, Partition: first.part.partition}, c.offsets[i:j])
+		i = j
+	}
+}
+
+// Acks are the call's acknowledgements by share session, each run's map
+// sized once (make bench: addRef per offset was most of a commit's
+// allocations at 1000-record transactions).
+func (c *Call) Acks() map[upstream.SessionKey]upstream.Acks {
+	out := Releases{}
+	c.runs(func(k upstream.SessionKey, tp upstream.TopicPartition, refs []offRef) {
 		acks := out[k]
 		if acks == nil {
 			acks = upstream.Acks{}
 			out[k] = acks
 		}
-		tp := upstream.TopicPartition{Topic: first.part.topic, Partition: first.part.partition}
 		m := acks[tp]
 		if m == nil {
-			m = make(map[int64]int8, j-i)
+			m = make(map[int64]int8, len(refs))
 			acks[tp] = m
 		}
-		for _, r := range c.offsets[i:j] {
+		for _, r := range refs {
 			m[r.offset] = r.ackType
 		}
-		i = j
-	}
+	})
+	return out
+}
+
+// Batch is a range of offsets one ShareFetch response handed to a member
+// as one acquired batch: the broker keeps its state as one in-flight batch
+// until an acknowledgement covers only part of it, and per offset from then
+// on (Kafka's SharePartition). The zero Batch is not known.
+type Batch struct{ First, Last int64 }
+
+// Known reports whether b names a batch.
+func (b Batch) Known() bool { return b != Batch{} }
+
+// Len is the number of offsets of b.
+func (b Batch) Len() int64 { return b.Last - b.First + 1 }
+
+// Batches lists, per share session and partition, the acquired batches of
+// the call's offsets (each once, in the order the offsets first name them;
+// offsets of no known batch name none).
+func (c *Call) Batches() map[upstream.SessionKey]map[upstream.TopicPartition][]Batch {
+	out := map[upstream.SessionKey]map[upstream.TopicPartition][]Batch{}
+	c.runs(func(k upstream.SessionKey, tp upstream.TopicPartition, refs []offRef) {
+		list := out[k][tp]
+		var last Batch
+		for _, r := range refs {
+			if b := r.st.batch; b.Known() && b != last {
+				if !slices.Contains(list, b) {
+					list = append(list, b)
+				}
+				last = b
+			}
+		}
+		if len(list) > 0 {
+			if out[k] == nil {
+				out[k] = map[upstream.TopicPartition][]Batch{}
+			}
+			out[k][tp] = list
+		}
+	})
 	return out
 }
 

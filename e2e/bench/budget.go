@@ -177,6 +177,12 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 			b["proxy: ride missed: "+strings.TrimSuffix(reason, `"}`)] = budgetItem{PerTxn: n / float64(txns)}
 		}
 	}
+	for _, outcome := range []string{"completed", "expired", "aborted"} {
+		series := `sharetx_batch_holds_total{outcome="` + outcome + `"}`
+		if n := after[series] - before[series]; n > 0 {
+			b["proxy: part-batch holds "+outcome] = budgetItem{PerTxn: n / float64(txns)}
+		}
+	}
 	for _, path := range []string{"fetch", "request"} {
 		series := `sharetx_own_acknowledgements_total{path="` + path + `"}`
 		if n := after[series] - before[series]; n > 0 {
@@ -187,7 +193,8 @@ func proxyBudget(b map[string]budgetItem, before, after metrics, txns int64) {
 
 // countRow: a budget line that counts per transaction and times nothing.
 func countRow(name string) bool {
-	return strings.HasPrefix(name, "proxy: shadow records") || strings.HasPrefix(name, "proxy: own acks") || strings.HasPrefix(name, "proxy: ride missed")
+	return strings.HasPrefix(name, "proxy: shadow records") || strings.HasPrefix(name, "proxy: own acks") || strings.HasPrefix(name, "proxy: ride missed") ||
+		strings.HasPrefix(name, "proxy: part-batch holds")
 }
 
 // histogramWhere is histogram for the series of name whose labels include

@@ -231,6 +231,24 @@ func TestProxyBudgetRideMisses(t *testing.T) {
 	}
 }
 
+// The proxy's part-batch holds become count lines of the budget, per
+// outcome it counted during the run.
+func TestProxyBudgetBatchHolds(t *testing.T) {
+	before := metrics{`sharetx_batch_holds_total{outcome="completed"}`: 10}
+	after := metrics{`sharetx_batch_holds_total{outcome="completed"}`: 18, `sharetx_batch_holds_total{outcome="expired"}`: 2}
+	b := map[string]budgetItem{}
+	proxyBudget(b, before, after, 8)
+	if got := b["proxy: part-batch holds completed"].PerTxn; got != 1 {
+		t.Errorf("completed: %v per transaction, want 1 (%v)", got, b)
+	}
+	if got := b["proxy: part-batch holds expired"].PerTxn; got != 0.25 {
+		t.Errorf("expired: %v per transaction, want 0.25 (%v)", got, b)
+	}
+	if _, ok := b["proxy: part-batch holds aborted"]; ok || !countRow("proxy: part-batch holds expired") {
+		t.Errorf("an outcome never counted has a line, or the lines are not counts (%v)", b)
+	}
+}
+
 // TestCPUBudget: each process's CPU over a run, per record and per
 // transaction; a process read before but not after (or going backwards)
 // gets no line; the table prints both figures.

@@ -1,0 +1,185 @@
+package markers
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sharetx/sharetx/staging"
+	"github.com/sharetx/sharetx/upstream"
+)
+
+// batchHold keeps committed acknowledgements that cover only part of an
+// acquired batch until the rest of that batch is committed too, so that the
+// broker takes the batch whole, or until wait ends (docs/design.md §5.2).
+// Kafka's SharePartition keeps an in-flight batch's state as one entry until
+// an acknowledgement covers only part of it, and per offset from then on: one
+// state write per offset, not one per batch.
+type batchHold struct {
+	wait time.Duration
+
+	mu   sync.Mutex
+	held map[heldKey]*heldPart
+}
+
+// minHeldBatch is the shortest acquired batch whose parts are held. The
+// broker's extra work for a batch acknowledged in parts grows with the
+// batch's length; for a short one it is small, and holding its parts would
+// only add to commit → applied.
+const minHeldBatch = 100
+
+type heldKey struct {
+	session upstream.SessionKey
+	tp      upstream.TopicPartition
+	batch   staging.Batch
+}
+
+// heldPart is the committed part of one acquired batch, not yet sent.
+type heldPart struct {
+	acks      map[int64]int8
+	refs      []jobRef  // whose they are
+	committed time.Time // the earliest commit among them
+	timer     *time.Timer
+}
+
+// applyJob is one resolution's committed calls on their way upstream: they
+// are finished once every request carrying their acknowledgements was
+// answered (left reaches 0), and applied unless one of those failed.
+type applyJob struct {
+	calls []*staging.Call
+
+	mu     sync.Mutex
+	failed []bool
+	left   int
+}
+
+// jobRef names calls of a job (by index) whose acknowledgements a request
+// carries.
+type jobRef struct {
+	job   *applyJob
+	calls []int
+}
+
+func (j *applyJob) add() {
+	j.mu.Lock()
+	j.left++
+	j.mu.Unlock()
+}
+
+// done counts one request of the job answered (err: it failed for the
+// calls of ref); it reports whether that was the job's last.
+func (j *applyJob) done(calls []int, err error) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err != nil {
+		for _, i := range calls {
+			j.failed[i] = true
+		}
+	}
+	j.left--
+	return j.left == 0
+}
+
+// upstreamSend is one request of committed acknowledgements on a session.
+type upstreamSend struct {
+	k         upstream.SessionKey
+	acks      upstream.Acks
+	refs      []jobRef
+	committed time.Time
+}
+
+// split takes out of s the acknowledgements of every batch in batches that
+// s (with what is held of that batch) covers only in part, and holds them;
+// a batch that s completes goes in s whole, with what was held of it. It
+// counts each part it holds as a request of ref's job, and returns how many
+// held parts s completed.
+func (h *batchHold) split(s *upstreamSend, batches map[upstream.TopicPartition][]staging.Batch, ref jobRef, expire func(heldKey, *heldPart)) (completed int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for tp, bs := range batches {
+		m := s.acks[tp]
+		if m == nil {
+			continue
+		}
+		for _, b := range bs {
+			if b.Len() < minHeldBatch {
+				continue
+			}
+			key := heldKey{s.k, tp, b}
+			hp := h.held[key]
+			n := 0
+			for o := range m {
+				if o >= b.First && o <= b.Last {
+					n++
+				}
+			}
+			if hp != nil {
+				n += len(hp.acks)
+			}
+			if int64(n) >= b.Len() {
+				if hp != nil {
+					completed++
+					delete(h.held, key)
+					hp.timer.Stop()
+					for o, ty := range hp.acks {
+						m[o] = ty
+					}
+					s.refs = append(s.refs, hp.refs...)
+					if hp.committed.Before(s.committed) {
+						s.committed = hp.committed
+					}
+				}
+				continue
+			}
+			if hp == nil {
+				hp = &heldPart{acks: map[int64]int8{}, committed: s.committed}
+				h.held[key] = hp
+				hp.timer = time.AfterFunc(h.wait, func() { expire(key, hp) })
+			}
+			for o, ty := range m {
+				if o >= b.First && o <= b.Last {
+					hp.acks[o] = ty
+					delete(m, o)
+				}
+			}
+			hp.refs = append(hp.refs, ref)
+			ref.job.add()
+			if s.committed.Before(hp.committed) {
+				hp.committed = s.committed
+			}
+		}
+		if len(m) == 0 {
+			delete(s.acks, tp)
+		}
+	}
+	return completed
+}
+
+// take removes hp from the held parts if it is still there (nobody merged
+// it into a request since its timer fired).
+func (h *batchHold) take(key heldKey, hp *heldPart) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held[key] != hp {
+		return false
+	}
+	delete(h.held, key)
+	return true
+}
+
+// get returns the part held of key, or nil.
+func (h *batchHold) get(key heldKey) *heldPart {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held[key]
+}
+
+// size is the number of offsets held.
+func (h *batchHold) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, hp := range h.held {
+		n += len(hp.acks)
+	}
+	return n
+}

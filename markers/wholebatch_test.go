@@ -1,0 +1,101 @@
+package markers
+
+import (
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sharetx/sharetx/staging"
+	"github.com/sharetx/sharetx/upstream"
+)
+
+func offsetsOf(m map[int64]int8) []int64 {
+	return slices.Sorted(maps.Keys(m))
+}
+
+func span(first, last int64) map[int64]int8 {
+	m := map[int64]int8{}
+	for o := first; o <= last; o++ {
+		m[o] = 1
+	}
+	return m
+}
+
+// A commit covering the end of one acquired batch and the start of the
+// next sends the first batch whole and holds the start of the second; the
+// next commit completes it and takes what was held along, once.
+func TestBatchHoldSplitsAndCompletes(t *testing.T) {
+	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
+	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
+	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	b1, b2 := staging.Batch{First: 0, Last: 999}, staging.Batch{First: 1000, Last: 1999}
+	expired := 0
+	expire := func(heldKey, *heldPart) { expired++ }
+
+	j1 := &applyJob{failed: make([]bool, 1), left: 1}
+	t0 := time.Now()
+	s1 := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, 1499)}, committed: t0}
+	h.split(s1, map[upstream.TopicPartition][]staging.Batch{tp: {b1, b2}}, jobRef{j1, []int{0}}, expire)
+	if got := offsetsOf(s1.acks[tp]); !slices.Equal(got, offsetsOf(span(0, 999))) {
+		t.Fatalf("first commit sends %d offsets, want the whole first batch 0..999", len(got))
+	}
+	if n := h.size(); n != 500 || j1.left != 2 {
+		t.Fatalf("held %d offsets, job counts %d requests; want 500 held and 2 (its own, the held part)", n, j1.left)
+	}
+
+	j2 := &applyJob{failed: make([]bool, 1), left: 1}
+	s2 := &upstreamSend{k: k, acks: upstream.Acks{tp: span(1500, 1999)}, refs: []jobRef{{j2, []int{0}}}, committed: t0.Add(time.Second)}
+	if n := h.split(s2, map[upstream.TopicPartition][]staging.Batch{tp: {b2}}, jobRef{j2, []int{0}}, expire); n != 1 {
+		t.Fatalf("the second commit completed %d held parts, want 1", n)
+	}
+	if got := offsetsOf(s2.acks[tp]); !slices.Equal(got, offsetsOf(span(1000, 1999))) {
+		t.Fatalf("second commit sends %d offsets, want the whole second batch 1000..1999", len(got))
+	}
+	if h.size() != 0 || len(s2.refs) != 2 || s2.refs[1].job != j1 {
+		t.Fatalf("held %d after completion, refs %d; want 0 held and the first job's part carried by the second request", h.size(), len(s2.refs))
+	}
+	if !s2.committed.Equal(t0) {
+		t.Fatalf("the request's commit time is %v, want the earliest of what it carries (%v)", s2.committed, t0)
+	}
+	if j1.done(nil, nil) || !j1.done(nil, nil) {
+		t.Fatal("the first job must finish with its second request answered, not before")
+	}
+	if expired != 0 {
+		t.Fatal("a completed part expired")
+	}
+}
+
+// A part whose batch is not completed within the wait is sent on its own;
+// a batch shorter than minHeldBatch is never held.
+func TestBatchHoldExpires(t *testing.T) {
+	h := &batchHold{wait: 10 * time.Millisecond, held: map[heldKey]*heldPart{}}
+	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
+	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	fired := make(chan *heldPart, 1)
+	expire := func(key heldKey, hp *heldPart) {
+		if h.take(key, hp) {
+			fired <- hp
+		}
+	}
+	j := &applyJob{failed: make([]bool, 1), left: 1}
+	s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, 4)}, committed: time.Now()}
+	for o := int64(1000); o < 1005; o++ {
+		s.acks[tp][o] = 1
+	}
+	h.split(s, map[upstream.TopicPartition][]staging.Batch{tp: {{First: 0, Last: minHeldBatch - 1}, {First: 1000, Last: 1000 + minHeldBatch - 2}}}, jobRef{j, []int{0}}, expire)
+	if got := offsetsOf(s.acks[tp]); !slices.Equal(got, offsetsOf(span(1000, 1004))) {
+		t.Fatalf("sends %v, want only the part of the batch shorter than minHeldBatch", got)
+	}
+	select {
+	case hp := <-fired:
+		if got := offsetsOf(hp.acks); !slices.Equal(got, offsetsOf(span(0, 4))) || len(hp.refs) != 1 {
+			t.Fatalf("expired part holds %v (%d refs), want 0..4 of the job", got, len(hp.refs))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held part did not expire")
+	}
+	if h.size() != 0 {
+		t.Fatal("an expired part is still held")
+	}
+}
