@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,7 +37,7 @@ type Resolver struct {
 	recoveredOnce sync.Once
 	waitRecovery  time.Duration // how long a redelivery waits for it, and for the barrier
 
-	hold *batchHold // nil: committed acknowledgements go upstream at once
+	hold atomic.Pointer[batchHold] // nil: committed acknowledgements go upstream at once
 
 	mHolds       *prometheus.CounterVec
 	mMarkers     *prometheus.CounterVec
@@ -80,12 +81,13 @@ func NewResolver(ctx context.Context, ledger *staging.Ledger, applier *upstream.
 
 // HoldBatches makes committed acknowledgements that cover only part of an
 // acquired batch wait up to wait for the rest of it (wholebatch.go); 0: they
-// never wait. Call it before the first resolution.
+// never wait. Parts held before keep their own wait.
 func (r *Resolver) HoldBatches(wait time.Duration) {
-	r.hold = nil
+	var h *batchHold
 	if wait > 0 {
-		r.hold = &batchHold{wait: wait, held: map[heldKey]*heldPart{}}
+		h = &batchHold{wait: wait, held: map[heldKey]*heldPart{}}
 	}
+	r.hold.Store(h)
 }
 
 // countRead counts a record the tailer read (it runs for every shadow record
@@ -179,9 +181,9 @@ func (r *Resolver) resolve(loc staging.Loc, commit bool, via string) *staging.Ca
 	}
 	if !commit {
 		r.mMarkers.WithLabelValues("abort", via).Inc()
-		if r.hold != nil {
+		if h := r.hold.Load(); h != nil {
 			// The rest of a held batch will not be committed now.
-			go r.flushBatches(call.Batches())
+			go r.flushBatches(h, call.Batches())
 		}
 		for k, acks := range r.ledger.Abort(call) {
 			r.applier.Release(k, acks, call.TxnID()) // off this goroutine
@@ -214,7 +216,8 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 	}
 	job := &applyJob{calls: calls, failed: make([]bool, len(calls)), left: 1} // 1: until every request is counted
 	var batches map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch
-	if r.hold != nil {
+	hold := r.hold.Load()
+	if hold != nil {
 		batches = map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch{}
 		for _, call := range calls {
 			for k, m := range call.Batches() {
@@ -236,8 +239,8 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 	for k, acks := range bySession {
 		ref := jobRef{job, callsOf[k]}
 		s := &upstreamSend{k: k, acks: acks, refs: []jobRef{ref}, committed: calls[callsOf[k][0]].CommittedAt()}
-		if r.hold != nil && len(batches[k]) > 0 {
-			if n := r.hold.split(s, batches[k], ref, r.expire); n > 0 {
+		if hold != nil && len(batches[k]) > 0 {
+			if n := hold.split(s, batches[k], ref, func(key heldKey, hp *heldPart) { r.expire(hold, key, hp) }); n > 0 {
 				r.mHolds.WithLabelValues("completed").Add(float64(n))
 			}
 		}
@@ -257,8 +260,8 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 
 // expire sends a held part of a batch on its own: the rest of the batch
 // was not committed within the hold.
-func (r *Resolver) expire(key heldKey, hp *heldPart) {
-	if !r.hold.take(key, hp) {
+func (r *Resolver) expire(h *batchHold, key heldKey, hp *heldPart) {
+	if !h.take(key, hp) {
 		return
 	}
 	r.mHolds.WithLabelValues("expired").Inc()
@@ -266,12 +269,11 @@ func (r *Resolver) expire(key heldKey, hp *heldPart) {
 }
 
 // flushBatches sends at once what is held of batches.
-func (r *Resolver) flushBatches(batches map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch) {
+func (r *Resolver) flushBatches(h *batchHold, batches map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch) {
 	for k, m := range batches {
 		for tp, bs := range m {
 			for _, b := range bs {
-				key := heldKey{k, tp, b}
-				if hp := r.hold.get(key); hp != nil && r.hold.take(key, hp) {
+				if hp := h.takeKey(heldKey{k, tp, b}); hp != nil {
 					hp.timer.Stop()
 					r.mHolds.WithLabelValues("aborted").Inc()
 					r.send(&upstreamSend{k: k, acks: upstream.Acks{tp: hp.acks}, refs: hp.refs, committed: hp.committed})
@@ -284,7 +286,9 @@ func (r *Resolver) flushBatches(batches map[upstream.SessionKey]map[upstream.Top
 // send sends s and counts it answered for every job it carries.
 func (r *Resolver) send(s *upstreamSend) {
 	err := r.applier.Acknowledge(s.k, s.acks, s.committed)
-	if err != nil {
+	if err != nil && r.ctx.Err() != nil {
+		r.log.Debug("committed acknowledgements not applied upstream: the proxy is stopping (a proxy that sees the records redelivered acknowledges them then)", "member", s.k.Member, "err", err)
+	} else if err != nil {
 		first := s.refs[0].job.calls[s.refs[0].calls[0]]
 		r.log.Warn("committed acknowledgements could not be applied upstream (a proxy that sees the records redelivered acknowledges them then)", "txn", first.TxnID(), "group", s.k.Group, "member", s.k.Member, "node", s.k.Node, "calls", len(s.refs), "err", err)
 	}

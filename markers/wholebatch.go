@@ -166,11 +166,13 @@ func (h *batchHold) take(key heldKey, hp *heldPart) bool {
 	return true
 }
 
-// get returns the part held of key, or nil.
-func (h *batchHold) get(key heldKey) *heldPart {
+// takeKey removes and returns the part held of key, or nil.
+func (h *batchHold) takeKey(key heldKey) *heldPart {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.held[key]
+	hp := h.held[key]
+	delete(h.held, key)
+	return hp
 }
 
 // size is the number of offsets held.
