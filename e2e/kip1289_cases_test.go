@@ -569,3 +569,54 @@ func TestKIP1289PartOfABatchAfterTheWaitOrAnAbort(t *testing.T) {
 		s.nothingLeft(t, rc)
 	})
 }
+
+// A proxy killed while it holds the committed part of a batch leaves it as
+// any committed, unapplied acknowledgement: the broker redelivers the
+// records, and the restarted proxy, reading the shadow topic back,
+// acknowledges them itself; the application never sees them again.
+func TestKIP1289HeldPartOfABatchSurvivesAProxyKill(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		s := oneBatchSetup(t, b, 200)
+		s.p.KIP().Resolver().HoldBatches(time.Hour) // held until the kill, however slow the machine
+		ctx := ctxT(t, 3*time.Minute)
+		rc := s.client(t)
+		recs := rc.pollUntil(t, ctx, 200)
+		rc.transact(t, ctx, recs[:120], true)
+		committed := map[int64]bool{}
+		for _, r := range recs[:120] {
+			committed[r.Offset] = true
+		}
+		if st := s.p.KIP().Stats(); st.Pending != 120 || st.Applied != 0 {
+			t.Fatalf("before the kill: %d pending, %d applied; want the 120 committed records held", st.Pending, st.Applied)
+		}
+
+		s.p.Kill()
+		rc.consumer.Close() // its application died with the pod's proxy
+		restarted := StartProxy(t, b.Seeds, OnAddrsOf(s.p))
+		consumer := restarted.NewClient(t, &DialRecorder{}, kgo.ShareGroup(s.group), kgo.ConsumeTopics(s.in), kgo.FetchMaxWait(500*time.Millisecond))
+		got := 0
+		for got < 80 || restarted.KIP().Resolver().Redelivered("committed") < 120 {
+			if ctx.Err() != nil {
+				t.Fatalf("after the kill: %d of the 80 uncommitted records delivered, %v committed ones acknowledged by the restarted proxy", got, restarted.KIP().Resolver().Redelivered("committed"))
+			}
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			fs := consumer.PollRecords(pctx, 200)
+			cancel()
+			for _, r := range fs.Records() {
+				if committed[r.Offset] {
+					t.Fatalf("offset %d was handed to the application again although its acknowledgement committed (held by the killed proxy)", r.Offset)
+				}
+				r.Ack(kgo.AckAccept)
+				got++
+			}
+		}
+		if got != 80 {
+			t.Fatalf("%d records delivered after the kill, want the 80 never staged", got)
+		}
+		consumer.Close() // its last acknowledgements go with the leave
+		Wait(t, 30*time.Second, "nothing pending", func() bool { return restarted.KIP().Stats().Pending == 0 })
+		if left := freshMemberGets(t, b, s.group, s.in, 3*time.Second); len(left) != 0 {
+			t.Fatalf("%d records still to be delivered (first: offset %d)", len(left), left[0].Offset)
+		}
+	})
+}
