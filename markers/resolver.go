@@ -218,22 +218,7 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 	var batches map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch
 	hold := r.hold.Load()
 	if hold != nil {
-		batches = map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch{}
-		for _, call := range calls {
-			for k, m := range call.Batches() {
-				if batches[k] == nil {
-					batches[k] = m
-					continue
-				}
-				for tp, bs := range m {
-					for _, b := range bs {
-						if !slices.Contains(batches[k][tp], b) {
-							batches[k][tp] = append(batches[k][tp], b)
-						}
-					}
-				}
-			}
-		}
+		batches = batchesOf(calls)
 	}
 	var sends []*upstreamSend
 	for k, acks := range bySession {
@@ -256,6 +241,28 @@ func (r *Resolver) apply(calls ...*staging.Call) {
 	if job.done(nil, nil) {
 		r.finish(job)
 	}
+}
+
+// batchesOf lists the acquired batches of calls' offsets per session and
+// partition, each once.
+func batchesOf(calls []*staging.Call) map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch {
+	out := map[upstream.SessionKey]map[upstream.TopicPartition][]staging.Batch{}
+	for _, call := range calls {
+		for k, m := range call.Batches() {
+			if out[k] == nil {
+				out[k] = m
+				continue
+			}
+			for tp, bs := range m {
+				for _, b := range bs {
+					if !slices.Contains(out[k][tp], b) {
+						out[k][tp] = append(out[k][tp], b)
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // expire sends a held part of a batch on its own: the rest of the batch

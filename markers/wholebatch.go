@@ -174,14 +174,3 @@ func (h *batchHold) takeKey(key heldKey) *heldPart {
 	delete(h.held, key)
 	return hp
 }
-
-// size is the number of offsets held.
-func (h *batchHold) size() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, hp := range h.held {
-		n += len(hp.acks)
-	}
-	return n
-}

@@ -99,3 +99,14 @@ func TestBatchHoldExpires(t *testing.T) {
 		t.Fatal("an expired part is still held")
 	}
 }
+
+// size is the number of offsets held (the tests' view of the hold).
+func (h *batchHold) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, hp := range h.held {
+		n += len(hp.acks)
+	}
+	return n
+}
