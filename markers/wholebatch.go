@@ -27,6 +27,14 @@ type batchHold struct {
 // only add to commit → applied.
 const minHeldBatch = 100
 
+// holdCommits bounds what a new hold waits for: the rest of the batch must
+// be at most that many commits of the size of the one that starts it (the
+// session's acknowledgements in that commit). A part is held for about one
+// or two transactions, not for the many a small transaction takes to get
+// through a large acquired batch (10 records a transaction through a batch
+// of 100 would hold each part for nine more).
+const holdCommits = 2
+
 type heldKey struct {
 	session upstream.SessionKey
 	tp      upstream.TopicPartition
@@ -95,6 +103,16 @@ type upstreamSend struct {
 func (h *batchHold) split(s *upstreamSend, batches map[upstream.TopicPartition][]staging.Batch, ref jobRef, expire func(heldKey, *heldPart)) (completed int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// The commit of the calls s carries. Merging a completed part makes
+	// s.committed that part's earlier commit (the request's latency
+	// starts there); a part held now was committed now, not then:
+	// inheriting it would carry the earliest commit from batch to batch
+	// while each commit completes one part and starts the next.
+	own := s.committed
+	carried := 0 // this commit's size on the session
+	for _, m := range s.acks {
+		carried += len(m)
+	}
 	for tp, bs := range batches {
 		m := s.acks[tp]
 		if m == nil {
@@ -111,6 +129,9 @@ func (h *batchHold) split(s *upstreamSend, batches map[upstream.TopicPartition][
 				if o >= b.First && o <= b.Last {
 					n++
 				}
+			}
+			if n == 0 {
+				continue // s carries none of it: what is held of it stays held
 			}
 			if hp != nil {
 				n += len(hp.acks)
@@ -131,7 +152,10 @@ func (h *batchHold) split(s *upstreamSend, batches map[upstream.TopicPartition][
 				continue
 			}
 			if hp == nil {
-				hp = &heldPart{acks: map[int64]int8{}, committed: s.committed}
+				if b.Len()-int64(n) > holdCommits*int64(carried) {
+					continue // too far from complete: sent now
+				}
+				hp = &heldPart{acks: map[int64]int8{}, committed: own}
 				h.held[key] = hp
 				hp.timer = time.AfterFunc(h.wait, func() { expire(key, hp) })
 			}
@@ -143,8 +167,8 @@ func (h *batchHold) split(s *upstreamSend, batches map[upstream.TopicPartition][
 			}
 			hp.refs = append(hp.refs, ref)
 			ref.job.add()
-			if s.committed.Before(hp.committed) {
-				hp.committed = s.committed
+			if own.Before(hp.committed) {
+				hp.committed = own
 			}
 		}
 		if len(m) == 0 {

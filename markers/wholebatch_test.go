@@ -66,6 +66,41 @@ func TestBatchHoldSplitsAndCompletes(t *testing.T) {
 	}
 }
 
+// Commits that each complete one batch and start the next: a request's
+// commit time is the earliest of what it carries, and a part held now keeps
+// the commit that staged it, not the earlier one of the part its request
+// completed (which would carry the first commit's time down the chain).
+func TestBatchHoldCommitTimeDoesNotChain(t *testing.T) {
+	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
+	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
+	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	b := []staging.Batch{{First: 0, Last: 999}, {First: 1000, Last: 1999}, {First: 2000, Last: 2999}}
+	batches := map[upstream.TopicPartition][]staging.Batch{tp: b}
+	t0 := time.Now()
+	commit := func(i int, first, last int64) *upstreamSend {
+		j := &applyJob{failed: make([]bool, 1), left: 1}
+		s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(first, last)}, refs: []jobRef{{j, []int{0}}}, committed: t0.Add(time.Duration(i) * time.Second)}
+		h.split(s, batches, jobRef{j, []int{0}}, func(heldKey, *heldPart) {})
+		return s
+	}
+	commit(0, 0, 499)           // holds 0..499 (t0)
+	s1 := commit(1, 500, 1499)  // completes b0, holds 1000..1499 (t0+1s)
+	s2 := commit(2, 1500, 2499) // completes b1, holds 2000..2499 (t0+2s)
+	s3 := commit(3, 2500, 2999) // completes b2
+	for i, c := range []struct {
+		s    *upstreamSend
+		want time.Time
+	}{{s1, t0}, {s2, t0.Add(time.Second)}, {s3, t0.Add(2 * time.Second)}} {
+		if n := len(c.s.acks[tp]); n != 1000 {
+			t.Fatalf("commit %d sends %d offsets, want one whole batch", i+1, n)
+		}
+		if !c.s.committed.Equal(c.want) {
+			t.Fatalf("commit %d: the request's commit time is %v after the first commit, want %v (the commit of the part it completed)",
+				i+1, c.s.committed.Sub(t0), c.want.Sub(t0))
+		}
+	}
+}
+
 // A part whose batch is not completed within the wait is sent on its own;
 // a batch shorter than minHeldBatch is never held.
 func TestBatchHoldExpires(t *testing.T) {
@@ -79,7 +114,7 @@ func TestBatchHoldExpires(t *testing.T) {
 		}
 	}
 	j := &applyJob{failed: make([]bool, 1), left: 1}
-	s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, 4)}, committed: time.Now()}
+	s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, 59)}, committed: time.Now()}
 	for o := int64(1000); o < 1005; o++ {
 		s.acks[tp][o] = 1
 	}
@@ -89,14 +124,43 @@ func TestBatchHoldExpires(t *testing.T) {
 	}
 	select {
 	case hp := <-fired:
-		if got := offsetsOf(hp.acks); !slices.Equal(got, offsetsOf(span(0, 4))) || len(hp.refs) != 1 {
-			t.Fatalf("expired part holds %v (%d refs), want 0..4 of the job", got, len(hp.refs))
+		if got := offsetsOf(hp.acks); !slices.Equal(got, offsetsOf(span(0, 59))) || len(hp.refs) != 1 {
+			t.Fatalf("expired part holds %v (%d refs), want 0..59 of the job", got, len(hp.refs))
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the held part did not expire")
 	}
 	if h.size() != 0 {
 		t.Fatal("an expired part is still held")
+	}
+}
+
+// A commit far smaller than the rest of its batch is not held (the batch
+// would take many more commits to complete); one within holdCommits
+// commits of its size is.
+func TestBatchHoldOnlyNearlyCompleteBatches(t *testing.T) {
+	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
+	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
+	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	b := staging.Batch{First: 0, Last: 999}
+	expire := func(heldKey, *heldPart) {}
+	j := &applyJob{failed: make([]bool, 1), left: 1}
+	small := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, 9)}, committed: time.Now()}
+	h.split(small, map[upstream.TopicPartition][]staging.Batch{tp: {b}}, jobRef{j, []int{0}}, expire)
+	if n := len(small.acks[tp]); n != 10 || h.size() != 0 {
+		t.Fatalf("10 offsets of a batch of 1000: %d sent, %d held; want all sent now", n, h.size())
+	}
+	// A commit of n offsets leaves 1000-n: held when that is at most 2n.
+	for _, c := range []struct {
+		n    int64
+		held bool
+	}{{333, false}, {334, true}} {
+		h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
+		s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, c.n-1)}, committed: time.Now()}
+		h.split(s, map[upstream.TopicPartition][]staging.Batch{tp: {b}}, jobRef{j, []int{0}}, expire)
+		if got := h.size() > 0; got != c.held {
+			t.Fatalf("a commit of %d offsets of a batch of 1000: held %v, want %v", c.n, got, c.held)
+		}
 	}
 }
 
