@@ -8,6 +8,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.Uuid;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -61,9 +62,13 @@ public final class ShareAcknowledgements {
      * @throws IllegalArgumentException if {@code type} is RELEASE or RENEW (not transactional)
      */
     public static ShareAcknowledgements fromRecords(ConsumerRecords<?, ?> records, AcknowledgeType type) {
+        byte t = transactionalType(type);
         Builder b = builder();
-        for (ConsumerRecord<?, ?> r : records) {
-            b.add(r, type);
+        for (TopicPartition tp : records.partitions()) { // one key per partition, offsets in order
+            Offsets offs = b.partition(new TopicIdPartition(Uuid.ZERO_UUID, tp));
+            for (ConsumerRecord<?, ?> r : records.records(tp)) {
+                offs.add(checkedOffset(r.offset()), t);
+            }
         }
         return b.build();
     }
@@ -132,7 +137,8 @@ public final class ShareAcknowledgements {
      * Adding an offset again replaces its type. Not thread safe.
      */
     public static final class Builder {
-        private final Map<TopicIdPartition, TreeMap<Long, Byte>> offsets = new LinkedHashMap<>();
+        private final Map<TopicIdPartition, Offsets> offsets = new LinkedHashMap<>();
+        private TopicIdPartition lastKey; // the key of the last record added, reused for its partition's next
 
         private Builder() {
         }
@@ -140,8 +146,12 @@ public final class ShareAcknowledgements {
         /** Acknowledges {@code record} with {@code type} (ACCEPT or REJECT). */
         public Builder add(ConsumerRecord<?, ?> record, AcknowledgeType type) {
             Objects.requireNonNull(record, "record cannot be null");
-            return add(new TopicIdPartition(Uuid.ZERO_UUID, new TopicPartition(record.topic(), record.partition())),
-                record.offset(), type);
+            TopicIdPartition k = lastKey;
+            if (k == null || k.partition() != record.partition() || !k.topic().equals(record.topic())) {
+                k = new TopicIdPartition(Uuid.ZERO_UUID, new TopicPartition(record.topic(), record.partition()));
+                lastKey = k;
+            }
+            return add(k, record.offset(), type);
         }
 
         /** Acknowledges {@code offset} of {@code partition} with {@code type} (ACCEPT or REJECT). */
@@ -156,47 +166,120 @@ public final class ShareAcknowledgements {
 
         private Builder addType(TopicIdPartition partition, long offset, byte type) {
             Objects.requireNonNull(partition, "partition cannot be null");
-            if (offset < 0) {
-                throw new IllegalArgumentException("negative offset " + offset);
-            }
-            offsets.computeIfAbsent(partition, k -> new TreeMap<>()).put(offset, type);
+            partition(partition).add(checkedOffset(offset), type);
             return this;
+        }
+
+        private Offsets partition(TopicIdPartition partition) {
+            return offsets.computeIfAbsent(partition, k -> new Offsets());
         }
 
         public ShareAcknowledgements build() {
             Map<TopicIdPartition, List<ShareAcknowledgementBatch>> out = new LinkedHashMap<>();
-            for (Map.Entry<TopicIdPartition, TreeMap<Long, Byte>> e : offsets.entrySet()) {
-                out.put(e.getKey(), batches(e.getValue()));
+            for (Map.Entry<TopicIdPartition, Offsets> e : offsets.entrySet()) {
+                out.put(e.getKey(), e.getValue().batches());
             }
             return new ShareAcknowledgements(out);
         }
     }
 
-    /** Offsets → batches, as kip1289.Batches does in the Go library. */
-    static List<ShareAcknowledgementBatch> batches(TreeMap<Long, Byte> m) {
-        List<ShareAcknowledgementBatch> out = new ArrayList<>();
-        List<Map.Entry<Long, Byte>> run = new ArrayList<>();
-        for (Map.Entry<Long, Byte> e : m.entrySet()) {
-            if (!run.isEmpty() && e.getKey() != run.get(run.size() - 1).getKey() + 1) {
-                out.add(batchOf(run));
-                run.clear();
-            }
-            run.add(e);
+    private static long checkedOffset(long offset) {
+        if (offset < 0) {
+            throw new IllegalArgumentException("negative offset " + offset);
         }
-        if (!run.isEmpty()) {
-            out.add(batchOf(run));
-        }
-        return out;
+        return offset;
     }
 
-    private static ShareAcknowledgementBatch batchOf(List<Map.Entry<Long, Byte>> run) {
-        List<Byte> types = new ArrayList<>(run.size());
-        boolean same = true;
-        for (Map.Entry<Long, Byte> e : run) {
-            types.add(e.getValue());
-            same &= e.getValue().equals(types.get(0));
+    /**
+     * One partition's acknowledged offsets in the order they were added, in primitive arrays: a
+     * poll's records come in offset order, so building its batches is one pass. Offsets added out of
+     * order, or again, are sorted on {@link #batches} (an offset added again keeps its last type).
+     */
+    static final class Offsets {
+        private long[] offs = new long[16];
+        private byte[] types = new byte[16];
+        private int n;
+        private boolean ordered = true; // strictly increasing so far
+
+        void add(long offset, byte type) {
+            if (n > 0 && offset <= offs[n - 1]) {
+                ordered = false;
+            }
+            if (n == offs.length) {
+                offs = Arrays.copyOf(offs, n * 2);
+                types = Arrays.copyOf(types, n * 2);
+            }
+            offs[n] = offset;
+            types[n] = type;
+            n++;
         }
-        return new ShareAcknowledgementBatch(run.get(0).getKey(), run.get(run.size() - 1).getKey(),
-            same ? List.of(types.get(0)) : types);
+
+        /** Contiguous offsets in one batch, one type for the batch when they share it. */
+        List<ShareAcknowledgementBatch> batches() {
+            if (!ordered) {
+                sortKeepingLast();
+            }
+            List<ShareAcknowledgementBatch> out = new ArrayList<>();
+            int start = 0;
+            for (int i = 1; i <= n; i++) {
+                if (i == n || offs[i] != offs[i - 1] + 1) {
+                    out.add(batchOf(start, i));
+                    start = i;
+                }
+            }
+            return out;
+        }
+
+        private ShareAcknowledgementBatch batchOf(int from, int to) {
+            boolean same = true;
+            for (int i = from + 1; i < to && same; i++) {
+                same = types[i] == types[from];
+            }
+            List<Byte> ts;
+            if (same) {
+                ts = List.of(types[from]);
+            } else {
+                ts = new ArrayList<>(to - from);
+                for (int i = from; i < to; i++) {
+                    ts.add(types[i]);
+                }
+            }
+            return new ShareAcknowledgementBatch(offs[from], offs[to - 1], ts);
+        }
+
+        /** Sorts by offset; of an offset added more than once, the last addition stays. */
+        private void sortKeepingLast() {
+            Integer[] idx = new Integer[n];
+            for (int i = 0; i < n; i++) {
+                idx[i] = i;
+            }
+            Arrays.sort(idx, (a, b) -> offs[a] != offs[b] ? Long.compare(offs[a], offs[b]) : Integer.compare(a, b));
+            long[] o = new long[n];
+            byte[] t = new byte[n];
+            int m = 0;
+            for (int k = 0; k < n; k++) {
+                int i = idx[k];
+                if (m > 0 && o[m - 1] == offs[i]) {
+                    t[m - 1] = types[i]; // added later: replaces the type
+                    continue;
+                }
+                o[m] = offs[i];
+                t[m] = types[i];
+                m++;
+            }
+            offs = o;
+            types = t;
+            n = m;
+            ordered = true;
+        }
+    }
+
+    /** Offsets → batches, as kip1289.Batches does in the Go library. */
+    static List<ShareAcknowledgementBatch> batches(TreeMap<Long, Byte> m) {
+        Offsets o = new Offsets();
+        for (Map.Entry<Long, Byte> e : m.entrySet()) {
+            o.add(e.getKey(), e.getValue());
+        }
+        return o.batches();
     }
 }
