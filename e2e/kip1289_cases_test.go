@@ -557,6 +557,10 @@ func TestKIP1289PartOfABatchAfterTheWaitOrAnAbort(t *testing.T) {
 		// last 100 aborts: the held part goes at once, not after the wait.
 		s.p.KIP().Resolver().HoldBatches(time.Hour)
 		rc.transact(t, ctx, recs[100:200], true)
+		// The commit's part is held off the resolver's goroutine; an
+		// abort flushed before that would leave nothing to hold (unit
+		// test TestBatchHoldReleasedBatchIsNotHeld), not what this tests.
+		Wait(t, 30*time.Second, "the committed part held", func() bool { return s.p.KIP().Resolver().HeldParts() == 1 })
 		rc.transact(t, ctx, recs[200:], false)
 		Wait(t, 30*time.Second, "the held part sent at the abort", func() bool { return s.p.KIP().Stats().Pending == 0 })
 		if st := s.p.KIP().Stats(); st.HoldsAborted-before.HoldsAborted != 1 {

@@ -280,7 +280,7 @@ func (r *Resolver) flushBatches(h *batchHold, batches map[upstream.SessionKey]ma
 	for k, m := range batches {
 		for tp, bs := range m {
 			for _, b := range bs {
-				if hp := h.takeKey(heldKey{k, tp, b}); hp != nil {
+				if hp := h.release(heldKey{k, tp, b}); hp != nil {
 					hp.timer.Stop()
 					r.mHolds.WithLabelValues("aborted").Inc()
 					r.send(&upstreamSend{k: k, acks: upstream.Acks{tp: hp.acks}, refs: hp.refs, committed: hp.committed})
@@ -327,6 +327,17 @@ func (r *Resolver) Stats() (committed, aborted float64) {
 // batch, by how the hold ended.
 func (r *Resolver) Holds() (completed, expired, aborted float64) {
 	return promstat.Sum(r.mHolds, "completed"), promstat.Sum(r.mHolds, "expired"), promstat.Sum(r.mHolds, "aborted")
+}
+
+// HeldParts is how many parts of acquired batches the hold keeps now.
+func (r *Resolver) HeldParts() int {
+	h := r.hold.Load()
+	if h == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held)
 }
 
 // Calls is how many of this proxy's staged calls await their resolution.

@@ -19,7 +19,18 @@ type batchHold struct {
 
 	mu   sync.Mutex
 	held map[heldKey]*heldPart
+	// released: the batches an abort released part of, and when. The
+	// broker keeps such a batch per offset from then on, so no part of it
+	// is held again; and a commit's split that runs after the abort's
+	// flush (both run off the resolver's goroutine) must not start a hold
+	// that the flush will never see.
+	released map[heldKey]time.Time
 }
+
+// releasedFor is how long a released batch is remembered: longer than its
+// records stay acquired (the acquisition lock, 30 s by default), after
+// which no commit covers them.
+const releasedFor = 2 * time.Minute
 
 // minHeldBatch is the shortest acquired batch whose parts are held. The
 // broker's extra work for a batch acknowledged in parts grows with the
@@ -123,6 +134,9 @@ func (h *batchHold) split(s *upstreamSend, batches map[upstream.TopicPartition][
 				continue
 			}
 			key := heldKey{s.k, tp, b}
+			if _, ok := h.released[key]; ok {
+				continue // split at the broker already: sent now
+			}
 			hp := h.held[key]
 			n := 0
 			for o := range m {
@@ -190,10 +204,21 @@ func (h *batchHold) take(key heldKey, hp *heldPart) bool {
 	return true
 }
 
-// takeKey removes and returns the part held of key, or nil.
-func (h *batchHold) takeKey(key heldKey) *heldPart {
+// release removes and returns the part held of key, or nil, and marks key
+// released (an abort released part of its batch).
+func (h *batchHold) release(key heldKey) *heldPart {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	now := time.Now()
+	if h.released == nil {
+		h.released = map[heldKey]time.Time{}
+	}
+	for k, at := range h.released {
+		if now.Sub(at) > releasedFor {
+			delete(h.released, k)
+		}
+	}
+	h.released[key] = now
 	hp := h.held[key]
 	delete(h.held, key)
 	return hp

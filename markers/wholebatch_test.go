@@ -164,6 +164,37 @@ func TestBatchHoldOnlyNearlyCompleteBatches(t *testing.T) {
 	}
 }
 
+// An abort that releases part of a batch before a commit's split of the
+// same batch ran (both run off the resolver's goroutine) leaves nothing for
+// that split to hold: the commit's part of the batch is sent at once, not
+// held for a completion that will not come. One held already is taken.
+func TestBatchHoldReleasedBatchIsNotHeld(t *testing.T) {
+	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
+	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
+	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	b1, b2 := staging.Batch{First: 0, Last: 299}, staging.Batch{First: 300, Last: 599}
+	expire := func(heldKey, *heldPart) {}
+	j := &applyJob{failed: make([]bool, 1), left: 1}
+	held := &upstreamSend{k: k, acks: upstream.Acks{tp: span(300, 449)}, committed: time.Now()}
+	h.split(held, map[upstream.TopicPartition][]staging.Batch{tp: {b2}}, jobRef{j, []int{0}}, expire)
+	if h.size() != 150 {
+		t.Fatalf("held %d, want 150 of the second batch", h.size())
+	}
+	if hp := h.release(heldKey{k, tp, b1}); hp != nil {
+		t.Fatal("releasing a batch with nothing held returned a part")
+	}
+	if hp := h.release(heldKey{k, tp, b2}); hp == nil || len(hp.acks) != 150 || h.size() != 0 {
+		t.Fatal("releasing the held batch did not hand over its part")
+	}
+	for _, b := range []staging.Batch{b1, b2} {
+		s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(b.First, b.First+199)}, committed: time.Now()}
+		h.split(s, map[upstream.TopicPartition][]staging.Batch{tp: {b}}, jobRef{j, []int{0}}, expire)
+		if n := len(s.acks[tp]); n != 200 || h.size() != 0 {
+			t.Fatalf("batch %v released before the commit's split: %d sent, %d held; want all 200 sent", b, n, h.size())
+		}
+	}
+}
+
 // size is the number of offsets held (the tests' view of the hold).
 func (h *batchHold) size() int {
 	h.mu.Lock()
