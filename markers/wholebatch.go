@@ -205,10 +205,16 @@ func (h *batchHold) take(key heldKey, hp *heldPart) bool {
 }
 
 // release removes and returns the part held of key, or nil, and marks key
-// released (an abort released part of its batch).
+// released (an abort released part of its batch) when split could hold
+// parts of it.
 func (h *batchHold) release(key heldKey) *heldPart {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	hp := h.held[key]
+	delete(h.held, key)
+	if key.batch.Len() < minHeldBatch {
+		return hp // never held: nothing to remember
+	}
 	now := time.Now()
 	if h.released == nil {
 		h.released = map[heldKey]time.Time{}
@@ -219,7 +225,5 @@ func (h *batchHold) release(key heldKey) *heldPart {
 		}
 	}
 	h.released[key] = now
-	hp := h.held[key]
-	delete(h.held, key)
 	return hp
 }

@@ -22,13 +22,18 @@ func span(first, last int64) map[int64]int8 {
 	return m
 }
 
+// testHold is an empty hold with wait, and the session and partition the
+// tests acknowledge on.
+func testHold(wait time.Duration) (*batchHold, upstream.SessionKey, upstream.TopicPartition) {
+	return &batchHold{wait: wait, held: map[heldKey]*heldPart{}}, upstream.SessionKey{Node: 1, Group: "g", Member: "m"},
+		upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+}
+
 // A commit covering the end of one acquired batch and the start of the
 // next sends the first batch whole and holds the start of the second; the
 // next commit completes it and takes what was held along, once.
 func TestBatchHoldSplitsAndCompletes(t *testing.T) {
-	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
-	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
-	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	h, k, tp := testHold(time.Hour)
 	b1, b2 := staging.Batch{First: 0, Last: 999}, staging.Batch{First: 1000, Last: 1999}
 	expired := 0
 	expire := func(heldKey, *heldPart) { expired++ }
@@ -71,9 +76,7 @@ func TestBatchHoldSplitsAndCompletes(t *testing.T) {
 // the commit that staged it, not the earlier one of the part its request
 // completed (which would carry the first commit's time down the chain).
 func TestBatchHoldCommitTimeDoesNotChain(t *testing.T) {
-	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
-	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
-	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	h, k, tp := testHold(time.Hour)
 	b := []staging.Batch{{First: 0, Last: 999}, {First: 1000, Last: 1999}, {First: 2000, Last: 2999}}
 	batches := map[upstream.TopicPartition][]staging.Batch{tp: b}
 	t0 := time.Now()
@@ -104,9 +107,7 @@ func TestBatchHoldCommitTimeDoesNotChain(t *testing.T) {
 // A part whose batch is not completed within the wait is sent on its own;
 // a batch shorter than minHeldBatch is never held.
 func TestBatchHoldExpires(t *testing.T) {
-	h := &batchHold{wait: 10 * time.Millisecond, held: map[heldKey]*heldPart{}}
-	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
-	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	h, k, tp := testHold(10 * time.Millisecond)
 	fired := make(chan *heldPart, 1)
 	expire := func(key heldKey, hp *heldPart) {
 		if h.take(key, hp) {
@@ -139,9 +140,7 @@ func TestBatchHoldExpires(t *testing.T) {
 // would take many more commits to complete); one within holdCommits
 // commits of its size is.
 func TestBatchHoldOnlyNearlyCompleteBatches(t *testing.T) {
-	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
-	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
-	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	h, k, tp := testHold(time.Hour)
 	b := staging.Batch{First: 0, Last: 999}
 	expire := func(heldKey, *heldPart) {}
 	j := &applyJob{failed: make([]bool, 1), left: 1}
@@ -155,7 +154,7 @@ func TestBatchHoldOnlyNearlyCompleteBatches(t *testing.T) {
 		n    int64
 		held bool
 	}{{333, false}, {334, true}} {
-		h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
+		h, _, _ := testHold(time.Hour)
 		s := &upstreamSend{k: k, acks: upstream.Acks{tp: span(0, c.n-1)}, committed: time.Now()}
 		h.split(s, map[upstream.TopicPartition][]staging.Batch{tp: {b}}, jobRef{j, []int{0}}, expire)
 		if got := h.size() > 0; got != c.held {
@@ -169,9 +168,7 @@ func TestBatchHoldOnlyNearlyCompleteBatches(t *testing.T) {
 // that split to hold: the commit's part of the batch is sent at once, not
 // held for a completion that will not come. One held already is taken.
 func TestBatchHoldReleasedBatchIsNotHeld(t *testing.T) {
-	h := &batchHold{wait: time.Hour, held: map[heldKey]*heldPart{}}
-	k := upstream.SessionKey{Node: 1, Group: "g", Member: "m"}
-	tp := upstream.TopicPartition{Topic: [16]byte{1}, Partition: 0}
+	h, k, tp := testHold(time.Hour)
 	b1, b2 := staging.Batch{First: 0, Last: 299}, staging.Batch{First: 300, Last: 599}
 	expire := func(heldKey, *heldPart) {}
 	j := &applyJob{failed: make([]bool, 1), left: 1}
