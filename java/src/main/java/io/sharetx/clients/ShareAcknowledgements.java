@@ -14,7 +14,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.TreeMap;
 
 /**
  * Acknowledgements to bind to a transaction (KIP-1289): per {@link TopicIdPartition}, a list of
@@ -272,14 +271,5 @@ public final class ShareAcknowledgements {
             n = m;
             ordered = true;
         }
-    }
-
-    /** Offsets → batches, as kip1289.Batches does in the Go library. */
-    static List<ShareAcknowledgementBatch> batches(TreeMap<Long, Byte> m) {
-        Offsets o = new Offsets();
-        for (Map.Entry<Long, Byte> e : m.entrySet()) {
-            o.add(e.getKey(), e.getValue());
-        }
-        return o.batches();
     }
 }

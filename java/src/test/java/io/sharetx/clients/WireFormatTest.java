@@ -53,15 +53,24 @@ class WireFormatTest {
         return new Uuid(0xababababababababL, 0xababababababababL);
     }
 
+    /** Offsets → batches, as kip1289.Batches does in the Go library (the library's builder). */
+    static List<ShareAcknowledgementBatch> batches(TreeMap<Long, Byte> m) {
+        ShareAcknowledgements.Offsets o = new ShareAcknowledgements.Offsets();
+        for (Map.Entry<Long, Byte> e : m.entrySet()) {
+            o.add(e.getKey(), e.getValue());
+        }
+        return o.batches();
+    }
+
     @Test
     void requestBytesAreTheGoCodecs() {
         TreeMap<Long, Byte> p0 = new TreeMap<>(Map.of(5L, (byte) 1, 6L, (byte) 1, 7L, (byte) 1, 9L, (byte) 3));
         TreeMap<Long, Byte> p3 = new TreeMap<>(Map.of(10L, (byte) 1, 11L, (byte) 3, 12L, (byte) 0));
         TreeMap<Long, Byte> q1 = new TreeMap<>(Map.of(1000000L, (byte) 3));
         List<Protocol.AckPartition> parts = List.of(
-            new Protocol.AckPartition(id1(), 0, ShareAcknowledgements.batches(p0)),
-            new Protocol.AckPartition(id1(), 3, ShareAcknowledgements.batches(p3)),
-            new Protocol.AckPartition(id2(), 1, ShareAcknowledgements.batches(q1)));
+            new Protocol.AckPartition(id1(), 0, batches(p0)),
+            new Protocol.AckPartition(id1(), 3, batches(p3)),
+            new Protocol.AckPartition(id2(), 1, batches(q1)));
         byte[] got = Protocol.txnShareAcknowledge("txn-1", "group-a", -1L, (short) -1, "", -1, parts);
         assertEquals(GO_REQUEST, HexFormat.of().formatHex(got));
         // RideProduce: the request's one top-level tagged field instead of none — count 1, tag
