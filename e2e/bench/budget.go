@@ -291,7 +291,7 @@ func writeBudget(w io.Writer, runs []*pipelineResult, batches []int, modes []str
 		}
 		tw.Flush()
 	}
-	fmt.Fprintln(w, "(the loop's phases are timed in the worker; req: every request of the run's clients, write to response, kgo's HookBrokerE2E — an EndTxn retried on CONCURRENT_TRANSACTIONS counts twice, a Produce ≥ 20 ms met the broker's 20 ms AddPartitionsToTxn retry or a busy broker (docs/benchmarks.md: on 2 cores a 2 ms retry left their share unchanged); proxy: its histograms' deltas over the run; cpu: each process's user+system CPU over the run from /proc, per input record and per transaction — the bench process holds the Go pipelines' clients, a java or python process line is that program's whole run, its start-up included; on a saturated machine the modes' throughputs follow the sum of these lines)")
+	fmt.Fprintln(w, "(the loop's phases are timed in the worker; req: every request of the run's clients, write to response, kgo's HookBrokerE2E — an EndTxn retried on CONCURRENT_TRANSACTIONS counts twice, a Produce ≥ 20 ms met the broker's 20 ms AddPartitionsToTxn retry or a busy broker (docs/benchmarks.md: on 2 cores a 2 ms retry left their share unchanged); proxy: its histograms' deltas over the run; cpu: each process's user+system CPU over the run from /proc, per input record and per transaction — the bench process holds the Go pipelines' clients, a java or python process line is that program's whole run, its start-up included, its loop line the program's own count from the first record to the last commit; on a saturated machine the modes' throughputs follow the sum of these lines)")
 }
 
 // budgetRank orders a budget's lines: the phases in a transaction's

@@ -40,17 +40,17 @@ func TestParseShareConsumerPerformance(t *testing.T) {
 }
 
 func TestParseEosResult(t *testing.T) {
-	out := "progress\nRESULT mode=share records=100000 transactions=120 aborts=1 seconds=4.250 records_per_s=23529.4 commit_p50_ms=3.100 commit_p99_ms=12.500 poll_p50_ms=0.200 poll_p99_ms=9.000 stage_p50_ms=1.500 later=1\n"
+	out := "progress\nRESULT mode=share records=100000 transactions=120 aborts=1 seconds=4.250 records_per_s=23529.4 cpu_s=7.125 commit_p50_ms=3.100 commit_p99_ms=12.500 poll_p50_ms=0.200 poll_p99_ms=9.000 stage_p50_ms=1.500 later=1\n"
 	r, err := parseEosResult(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := javaEOSResult{Mode: "share", Records: 100000, Transactions: 120, Aborts: 1, Seconds: 4.25, RecordsSec: 23529.4, CommitP50Ms: 3.1, CommitP99Ms: 12.5,
+	want := javaEOSResult{Mode: "share", Records: 100000, Transactions: 120, Aborts: 1, Seconds: 4.25, RecordsSec: 23529.4, LoopCPUSeconds: 7.125, CommitP50Ms: 3.1, CommitP99Ms: 12.5,
 		Budget: map[string]budgetItem{"commitTransaction": {PerTxn: 1, P50Ms: 3.1, P99Ms: 12.5}, "wait for records": {PerTxn: 1, P50Ms: 0.2, P99Ms: 9}, "stage (acks or offsets)": {PerTxn: 1, P50Ms: 1.5}}}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got %+v\nwant %+v", r, want)
 	}
-	for _, bad := range []string{"", "RESULT mode=share records=x", "RESULT mode=share records=1", "ERROR org.apache.kafka.common.errors.TimeoutException: boom\n"} {
+	for _, bad := range []string{"", "RESULT mode=share records=x", "RESULT mode=share records=1", "RESULT mode=share records=1 transactions=1 aborts=0 seconds=1 records_per_s=1 cpu_s=x", "ERROR org.apache.kafka.common.errors.TimeoutException: boom\n"} {
 		if _, err := parseEosResult(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

@@ -28,8 +28,9 @@ does the record that reaches --target.
 Flags: --mode share|group|share-txn --bootstrap --in --out --group --transactional-id --batch (1000) --target
 (stop once that many inputs are committed) --max-seconds (or that long after the first record).
 Prints one line on stdout at the end, as EosBench:
-RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. commit_p50_ms=..
-commit_p99_ms=.. poll_.. send_.. stage_.., or ERROR <message> and exits 1. Progress goes to stderr.
+RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. cpu_s=.. commit_p50_ms=..
+commit_p99_ms=.. poll_.. send_.. stage_.. (cpu_s: the process's CPU from the first record to the last
+commit, without the interpreter's start-up), or ERROR <message> and exits 1. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class Result:
     def __init__(self) -> None:
         self.records = self.transactions = self.aborts = 0
         self.first = self.last = 0.0
+        # The process's CPU (time.process_time: every thread, librdkafka's too) at the first record
+        # and at the last commit.
+        self.cpu_first = self.cpu_last = 0.0
         self.ms: Dict[str, List[float]] = {"commit": [], "poll": [], "send": [], "stage": []}
         self.txn_ms: Dict[str, float] = {}  # the open transaction's phases, summed over its polls
 
@@ -58,6 +62,8 @@ class Result:
         secs = max(self.last - self.first, 1e-9)
         out = "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f" % (
             mode, self.records, self.transactions, self.aborts, secs, self.records / secs)
+        if self.cpu_last > self.cpu_first > 0:
+            out += " cpu_s=%.3f" % (self.cpu_last - self.cpu_first)
         for k, v in self.ms.items():
             if not v:
                 continue  # a phase the mode has not (share-txn stages nothing)
@@ -163,6 +169,7 @@ def loop(a: argparse.Namespace, r: Result, poll: Callable[[], List[Any]], mode: 
             r.records += len(txn)
             r.transactions += 1
             r.last = time.monotonic()
+            r.cpu_last = time.process_time()
             r.end_txn()
             failed_in_a_row = 0
             txn, this_poll = [], []
@@ -180,6 +187,7 @@ def loop(a: argparse.Namespace, r: Result, poll: Callable[[], List[Any]], mode: 
         r.ms["poll"].append((time.monotonic() - t) * 1000)
         if not r.first:
             r.first = time.monotonic()
+            r.cpu_first = time.process_time()
         i = 0
         while i < len(msgs):
             if not txn:

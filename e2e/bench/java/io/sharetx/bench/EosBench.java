@@ -24,6 +24,7 @@ import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -55,7 +56,9 @@ import java.util.function.Function;
  * Flags: --mode share|group|share-txn --bootstrap --in --out --group --transactional-id --batch (1000)
  * --target (stop once that many inputs are committed) --max-seconds (or that long after the first
  * record). Prints one line on stdout at the end:
- * {@code RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. commit_p50_ms=.. commit_p99_ms=..},
+ * {@code RESULT mode=.. records=.. transactions=.. aborts=.. seconds=.. records_per_s=.. cpu_s=.. commit_p50_ms=.. commit_p99_ms=..}
+ * ({@code cpu_s}: the JVM's CPU, every thread, from the first record to the last commit: the measured
+ * loop without the JVM's start-up and the clients' connecting),
  * or {@code ERROR <message>} and exits 1. Progress goes to stderr.
  */
 public final class EosBench {
@@ -86,6 +89,9 @@ public final class EosBench {
     /** What a run counts; the clock runs from the first record to the last commit. */
     static final class Result {
         long records, transactions, aborts, first, last;
+        // The process's CPU (ns) at the first record and at the last commit: -1 where the JVM
+        // cannot tell it.
+        long cpuFirst = -1, cpuLast = -1;
         final List<Double> commitMs = new ArrayList<>();
         // The per-transaction budget: the poll that returned the records, the sends of the
         // outputs (handing them to the producer), staging (sendShareAcknowledgementsToTransaction
@@ -96,6 +102,9 @@ public final class EosBench {
             double secs = Math.max(last - first, 1) / 1e9;
             StringBuilder b = new StringBuilder(String.format(Locale.ROOT, "RESULT mode=%s records=%d transactions=%d aborts=%d seconds=%.3f records_per_s=%.1f",
                 mode, records, transactions, aborts, secs, records / secs));
+            if (cpuFirst >= 0 && cpuLast >= cpuFirst) {
+                b.append(String.format(Locale.ROOT, " cpu_s=%.3f", (cpuLast - cpuFirst) / 1e9));
+            }
             for (Map.Entry<String, List<Double>> e : Map.of("commit", commitMs, "poll", pollMs, "send", sendMs, "stage", stageMs).entrySet()) {
                 if (e.getValue().isEmpty()) {
                     continue; // a phase the mode has not (share-txn stages nothing)
@@ -112,6 +121,14 @@ public final class EosBench {
             long t = System.nanoTime();
             step.run();
             to.add((System.nanoTime() - t) / 1e6);
+        }
+
+        /** The JVM's CPU time so far, every thread (ns), or -1 where it cannot tell. */
+        static long processCpuNanos() {
+            if (ManagementFactory.getOperatingSystemMXBean() instanceof com.sun.management.OperatingSystemMXBean os) {
+                return os.getProcessCpuTime();
+            }
+            return -1;
         }
 
         boolean done(long target, long maxNanos) {
@@ -179,12 +196,14 @@ public final class EosBench {
             r.pollMs.add((System.nanoTime() - tp) / 1e6);
             if (r.first == 0) {
                 r.first = System.nanoTime();
+                r.cpuFirst = Result.processCpuNanos();
             }
             try {
                 txn.commit(records, r);
                 r.records += records.count();
                 r.transactions++;
                 r.last = System.nanoTime();
+                r.cpuLast = Result.processCpuNanos();
                 failedInARow = 0;
             } catch (ProducerFencedException | UnsupportedVersionException | AuthorizationException | AuthenticationException e) {
                 throw e;
