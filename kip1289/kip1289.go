@@ -93,6 +93,15 @@ type TxnShareAcknowledgeRequest struct {
 	// TouchOffset, so a transaction with outputs needs no touch record
 	// (docs/protocol.md).
 	OutputRecord *OutputRef
+
+	// Defer (a sharetx extension, tagged field DeferTag, never sent
+	// by the KIP's client): check the call and hold the offsets back from
+	// the client's own acknowledgements, but write no shadow record and
+	// stage nothing: a later call of the same transaction, naming them
+	// again, stages them; the transaction's EndTxn, a newer epoch or the
+	// end of their acquisition lock releases what it did not
+	// (docs/protocol.md).
+	Defer bool
 }
 
 // OutputRef names one record of a topic partition: by topic id, by name,
@@ -118,6 +127,9 @@ const RideProduceTag = 10000
 
 // TouchOffsetTag is the top-level tagged field of TouchOffset (an int64).
 const TouchOffsetTag = 10001
+
+// DeferTag is the top-level tagged field of Defer (one byte, 1).
+const DeferTag = 10003
 
 // TxnShareAcknowledgeTopic is one topic of a request.
 type TxnShareAcknowledgeTopic struct {
@@ -244,6 +256,9 @@ func (r *TxnShareAcknowledgeRequest) AppendTo(b []byte) []byte {
 	if r.OutputRecord != nil {
 		n++
 	}
+	if r.Defer {
+		n++
+	}
 	b = kbin.AppendUvarint(b, uint32(n)) // tagged fields, in increasing tag order
 	if r.RideProduce {
 		b = kbin.AppendUvarint(b, RideProduceTag)
@@ -263,6 +278,11 @@ func (r *TxnShareAcknowledgeRequest) AppendTo(b []byte) []byte {
 		b = kbin.AppendUvarint(b, OutputRecordTag)
 		b = kbin.AppendUvarint(b, uint32(len(v)))
 		b = append(b, v...)
+	}
+	if r.Defer {
+		b = kbin.AppendUvarint(b, DeferTag)
+		b = kbin.AppendUvarint(b, 1)
+		b = append(b, 1)
 	}
 	return b
 }
@@ -309,7 +329,7 @@ func (r *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 		}
 		d.skipTags()
 	}
-	r.RideProduce, r.TouchOffset, r.OutputRecord = false, nil, nil
+	r.RideProduce, r.TouchOffset, r.OutputRecord, r.Defer = false, nil, nil, false
 	d.eachTag(func(tag uint32, v []byte) {
 		switch {
 		case tag == RideProduceTag && len(v) == 1:
@@ -319,6 +339,8 @@ func (r *TxnShareAcknowledgeRequest) ReadFrom(src []byte) error {
 			r.TouchOffset = &o
 		case tag == OutputRecordTag:
 			r.OutputRecord = readOutputRef(v)
+		case tag == DeferTag && len(v) == 1:
+			r.Defer = v[0] != 0
 		}
 	})
 	return d.complete()

@@ -157,6 +157,9 @@ func FuzzTxnShareAcknowledge(f *testing.F) {
 	withOutput := referenceRequest()
 	withOutput.OutputRecord = &OutputRef{TopicID: [16]byte{7}, Topic: "out", Partition: 2, Offset: 99}
 	f.Add(withOutput.AppendTo(nil))
+	deferred := referenceRequest()
+	deferred.Defer, deferred.RideProduce = true, true
+	f.Add(deferred.AppendTo(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req TxnShareAcknowledgeRequest
 		if req.ReadFrom(b) == nil {
@@ -205,6 +208,46 @@ func TestRideProduceTag(t *testing.T) {
 	}
 	if err := got.ReadFrom(ref); err != nil || got.RideProduce {
 		t.Fatalf("the reference layout decoded with the flag: %+v, %v", got, err)
+	}
+}
+
+// TestDeferTag: Defer is a tagged field of its own (tag DeferTag,
+// one byte), last when sent with the others (tags in increasing order); the
+// reference layout decodes without it, and a value of another size is
+// ignored.
+func TestDeferTag(t *testing.T) {
+	ref := referenceRequestBytes()
+	for _, ride := range []bool{false, true} {
+		r := referenceRequest()
+		r.RideProduce, r.Defer = ride, true
+		b := r.AppendTo(nil)
+		want := append([]byte(nil), ref[:len(ref)-1]...)
+		if ride {
+			want = append(want, 2)
+			want = binary.AppendUvarint(want, RideProduceTag)
+			want = append(want, 1, 1)
+		} else {
+			want = append(want, 1)
+		}
+		want = binary.AppendUvarint(want, DeferTag)
+		want = append(want, 1, 1)
+		if !bytes.Equal(b, want) {
+			t.Fatalf("ride %v: encoded\n%x\nwant\n%x", ride, b, want)
+		}
+		var got TxnShareAcknowledgeRequest
+		if err := got.ReadFrom(b); err != nil || !got.Defer || got.RideProduce != ride {
+			t.Fatalf("ride %v: decoded %+v, %v", ride, got, err)
+		}
+	}
+	var got TxnShareAcknowledgeRequest
+	if err := got.ReadFrom(ref); err != nil || got.Defer {
+		t.Fatalf("the reference layout decoded with Defer: %+v, %v", got, err)
+	}
+	odd := append(append([]byte(nil), ref[:len(ref)-1]...), 1)
+	odd = binary.AppendUvarint(odd, DeferTag)
+	odd = append(odd, 2, 1, 1)
+	if err := got.ReadFrom(odd); err != nil || got.Defer {
+		t.Fatalf("a two-byte Defer decoded as %+v, %v; want it ignored", got, err)
 	}
 }
 
