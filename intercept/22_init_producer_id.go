@@ -31,6 +31,9 @@ func (e *KIP1289) initProducerIDResponse(st *initState, resp *kmsg.InitProducerI
 	if st != nil && resp.ErrorCode == 0 {
 		e.setTxn(st.ident, st.txnID, resp.ProducerID, resp.ProducerEpoch)
 		e.ledger.SetTxnTimeout(st.txnID, st.timeout)
+		// A new producer of the id: the older one's transaction is over,
+		// and what its deferred calls held is released.
+		e.ledger.EndDeferred(st.txnID, resp.ProducerID, resp.ProducerEpoch, true)
 	}
 	return false
 }

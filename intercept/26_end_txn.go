@@ -34,6 +34,9 @@ func (e *KIP1289) endTxnResponse(st *endTxnState, resp *kmsg.EndTxnResponse) boo
 	// The coordinator decided: resolve now (the markers tailer resolves
 	// the same records again later, which changes nothing).
 	e.resolver.EndTxn(req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
+	// What deferred calls held and no call staged is not in the
+	// transaction, whatever it decided: released (staging/deferred.go).
+	e.ledger.EndDeferred(req.TransactionalID, req.ProducerID, req.ProducerEpoch, false)
 	e.ledger.ForgetOutputs(req.TransactionalID) // the next transaction's outputs are other batches
 	if resp.Version >= 5 {
 		e.setTxn(st.ident, req.TransactionalID, resp.ProducerID, resp.ProducerEpoch)

@@ -80,7 +80,7 @@ func (e *KIP1289) txnShareAcknowledgeRequest(r *proxy.Request) proxy.Action {
 	}
 	ident := r.Conn.Principal()
 	ctx := staging.WithCaller(e.ctx, r.Conn)
-	if s := e.stager.Load(); s != nil && req.RideProduce && req.TransactionalID != nil {
+	if s := e.stager.Load(); s != nil && req.RideProduce && !req.Defer && req.TransactionalID != nil {
 		// Announced here, on the read loop: the Produce the client sends
 		// right after the call may be read before the call is validated.
 		ctx = s.Announce(ctx, *req.TransactionalID)

@@ -248,20 +248,22 @@ func (l *Ledger) Acquired(ident string, node int32, group, member string, topic 
 		if r.LastOffset < r.FirstOffset || r.LastOffset-r.FirstOffset >= 1<<20 {
 			continue // malformed; the client gets it as the broker sent it
 		}
-		// Entries in the range that are not held are superseded by this
-		// acquisition. A held one stays: it was redelivered while we hold
-		// it staged (the broker released it: lock expired, session
-		// closed); recovery.go handles that window.
+		// Entries in the range that are not held, or held only by a
+		// deferred call, are superseded by this acquisition (a deferred
+		// call counts the offset until it ends: deferred.go). A staged
+		// one stays: it was redelivered while we hold it staged (the
+		// broker released it: lock expired, session closed); recovery.go
+		// handles that window.
 		if n := len(ps.offsets); n > 0 {
 			if int64(n) < r.LastOffset-r.FirstOffset+1 {
 				for o, cur := range ps.offsets {
-					if o >= r.FirstOffset && o <= r.LastOffset && !cur.state.held() {
+					if o >= r.FirstOffset && o <= r.LastOffset && superseded(cur) {
 						ps.drop(o, cur)
 					}
 				}
 			} else {
 				for o := r.FirstOffset; o <= r.LastOffset; o++ {
-					if cur := ps.offsets[o]; cur != nil && !cur.state.held() {
+					if cur := ps.offsets[o]; cur != nil && superseded(cur) {
 						ps.drop(o, cur)
 					}
 				}
@@ -345,6 +347,7 @@ func (l *Ledger) Prune(now time.Time) {
 		}
 		readers[group][ident] = true
 	}
+	l.pruneDeferredLocked(now, time.Minute)
 	staged := map[string]bool{} // transactional ids with offsets staged or committed, not applied
 	for k, ps := range l.parts {
 		for o, st := range ps.offsets {

@@ -28,13 +28,14 @@ type Ledger struct {
 	log     *slog.Logger
 	applier *upstream.Applier // releases of the records of a call that could not be staged
 
-	mu      sync.Mutex
-	members map[memberKey]memberInfo
-	readers map[string]map[string]bool // group → principals the broker let fetch or heartbeat in it
-	txns    map[string]txnInfo
-	parts   map[partKey]*partState
-	topics  map[string]map[[16]byte]bool // group → topic ids seen acquired
-	pending int                          // offsets STAGING..COMMITTED
+	mu       sync.Mutex
+	members  map[memberKey]memberInfo
+	readers  map[string]map[string]bool // group → principals the broker let fetch or heartbeat in it
+	txns     map[string]txnInfo
+	parts    map[partKey]*partState
+	topics   map[string]map[[16]byte]bool // group → topic ids seen acquired
+	pending  int                          // offsets DEFERRED..COMMITTED
+	deferred map[string][]*Call           // transactional id → its deferred calls that still hold offsets (deferred.go)
 
 	// Known from the shadow topic (known.go).
 	known         map[partKey]*knownList
@@ -58,10 +59,10 @@ type Loc = [2]int64
 func NewLedger(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer, applier *upstream.Applier) *Ledger {
 	l := &Ledger{cfg: cfg, log: log, applier: applier,
 		members: map[memberKey]memberInfo{}, readers: map[string]map[string]bool{}, txns: map[string]txnInfo{},
-		parts: map[partKey]*partState{}, topics: map[string]map[[16]byte]bool{},
+		parts: map[partKey]*partState{}, topics: map[string]map[[16]byte]bool{}, deferred: map[string][]*Call{},
 		known: map[partKey]*knownList{}, knownAt: map[Loc][]knownRef{}, waiting: map[Loc][]*Call{}, resolvedLocs: map[Loc]bool{},
 		mPending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "tx_pending_records",
-			Help: "Records staged by TxnShareAcknowledge and not yet applied upstream (TX_PENDING or committed)."}),
+			Help: "Records staged by TxnShareAcknowledge and not yet applied upstream (TX_PENDING or committed), and records deferred calls hold."}),
 		mKnown: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sharetx", Name: "shadow_known_records",
 			Help: "Shadow records (of any proxy) whose staged or committed acknowledgements the proxy remembers, to screen redelivered records."}),
 		mAbsorbed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sharetx", Name: "client_acks_absorbed_total",
@@ -98,6 +99,7 @@ type recState uint8
 
 const (
 	stAcquired  recState = iota // acquired by a member, lock held
+	stDeferred                  // a deferred TxnShareAcknowledge (kip1289 Defer) holds it for a later call of its transaction; nothing written
 	stStaging                   // a TxnShareAcknowledge is writing its shadow record
 	stTxPending                 // staged in an open transaction
 	stCommitted                 // the transaction committed; not yet applied upstream
@@ -105,12 +107,12 @@ const (
 )
 
 func (s recState) String() string {
-	return [...]string{"ACQUIRED", "STAGING", "TX_PENDING", "COMMITTED", "APPLIED"}[s]
+	return [...]string{"ACQUIRED", "DEFERRED", "STAGING", "TX_PENDING", "COMMITTED", "APPLIED"}[s]
 }
 
 // held reports whether a client's own acknowledgement of the offset must not
 // reach the broker.
-func (s recState) held() bool { return s >= stStaging }
+func (s recState) held() bool { return s >= stDeferred }
 
 type partKey struct {
 	group     string
@@ -352,6 +354,9 @@ type Call struct {
 	// redelivered: the proxy took these offsets out of a ShareFetch
 	// response (recovery.go); the client never saw them.
 	redelivered bool
+	// deferred: a call with kip1289 Defer (deferred.go): its offsets are
+	// DEFERRED, held for a later call of the transaction, never written.
+	deferred bool
 }
 
 // offRef is one offset of a call. st is its ledger entry, so the call's
@@ -368,6 +373,9 @@ type offRef struct {
 	offset  int64
 	ackType int8
 	st      *offState
+	// adopted: a deferred call of the same transaction held the offset
+	// before this call took it over (deferred.go).
+	adopted bool
 }
 
 type txnInfo struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -120,6 +121,11 @@ func (s *Stager) Stage(ctx context.Context, req *kip1289.TxnShareAcknowledgeRequ
 	resp, call := l.validateAndReserve(req, ident)
 	if resp != nil {
 		return resp, nil
+	}
+	if call.deferred {
+		// Held, nothing written: a later call of the transaction stages
+		// them (deferred.go).
+		return okResponse(req), nil
 	}
 	ph.Validate = time.Since(start)
 	rec := &ShadowRecord{
@@ -378,7 +384,7 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 		}
 	}
 
-	call := &Call{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID}
+	call := &Call{txnID: txnID, producerID: pid, epoch: epoch, group: req.GroupID, deferred: req.Defer}
 	n := 0
 	for _, pp := range pre {
 		n += len(pp.offs)
@@ -410,7 +416,7 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 		return ErrorResponse(req, kerr.InvalidRecordState.Code, "sharetx: some of these offsets are already staged in this transaction by an earlier call, others not; send the earlier call again as it was, or the others alone"), nil
 	case !failed && total == 0:
 		return ErrorResponse(req, kerr.InvalidRequest.Code, "sharetx: no acknowledgements in the request"), nil
-	case !failed && l.pending+total > l.cfg.MaxPendingRecords:
+	case !failed && l.pending+total-adoptedIn(call.offsets) > l.cfg.MaxPendingRecords:
 		// Abortable, not retriable: the held records belong to other
 		// transactions, and the KIP's client retries a retriable code
 		// without limit ahead of its EndTxn (design.md §4.1).
@@ -419,10 +425,24 @@ func (l *Ledger) validateAndReserve(req *kip1289.TxnShareAcknowledgeRequest, ide
 		return partialFailure(results), nil
 	}
 	call.member = member
+	state := stStaging
+	if call.deferred {
+		state = stDeferred
+	}
+	var from []*Call // deferred calls this one takes offsets over from
 	for _, r := range call.offsets {
-		r.st.state, r.st.call, r.st.ackType = stStaging, call, r.ackType
+		if r.adopted && !slices.Contains(from, r.st.call) {
+			from = append(from, r.st.call)
+		}
+		r.st.state, r.st.call, r.st.ackType = state, call, r.ackType
 	}
 	l.addPendingLocked(total)
+	for _, d := range from {
+		l.shrinkDeferredLocked(d)
+	}
+	if call.deferred {
+		l.deferred[call.txnID] = append(l.deferred[call.txnID], call)
+	}
 	return nil, call
 }
 
@@ -511,6 +531,22 @@ func (l *Ledger) checkOffsets(group string, member *string, ident string, call *
 		case st.state == stTxPending && st.call != nil && st.call.txnID == call.txnID &&
 			st.call.producerID == call.producerID && st.call.epoch == call.epoch && st.ackType == pp.types[i]:
 			dup++
+			continue
+		case st.state == stDeferred && st.call != nil && st.call.Matches(call.txnID, call.producerID, call.epoch):
+			// Deferred by an earlier call of this transaction: a repeat of
+			// that call is answered as it was, a call that stages takes
+			// the offset over (deferred.go).
+			if call.deferred {
+				if st.ackType != pp.types[i] {
+					return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already deferred by this transaction with another acknowledgement type", o), refs[:given], 0
+				}
+				dup++
+				continue
+			}
+			if now.After(st.deadline) {
+				return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d: its acquisition lock expired", o), refs[:given], 0
+			}
+			refs = append(refs, offRef{part: k, node: st.node, offset: o, ackType: pp.types[i], st: st, adopted: true})
 			continue
 		case st.state != stAcquired:
 			return kerr.InvalidRecordState.Code, fmt.Sprintf("offset %d is already %s", o, st.state), refs[:given], 0

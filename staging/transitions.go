@@ -11,6 +11,7 @@ import (
 //
 //	ACQUIRED → STAGING (validateAndReserve) → TX_PENDING (markPending)
 //	STAGING → ACQUIRED (unstage: the shadow write failed)
+//	DEFERRED → ... (deferred.go)
 //	TX_PENDING → COMMITTED (Commit) → APPLIED or forgotten (Finish)
 //	TX_PENDING → released upstream, one client ack owed (Abort)
 
@@ -55,8 +56,10 @@ func (l *Ledger) unstage(call *Call) {
 			continue
 		}
 		st.state, st.call = stAcquired, nil
-		if st.releaseReq {
-			// The client released it while it was being staged:
+		if st.releaseReq || (r.adopted && st.clientAcked) {
+			// The client released it while it was being staged, or
+			// acknowledged it while a deferred call held it (an earlier
+			// poll's record: the consumer will not acknowledge it again):
 			// release it upstream now.
 			call.addRef(releases, r, kip1289.Release)
 			ps := l.partOf(&parts, r.part)
@@ -83,6 +86,11 @@ func (l *Ledger) unstage(call *Call) {
 func (l *Ledger) Abort(call *Call) Releases {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.abortLocked(call)
+}
+
+// abortLocked is Abort with l.mu held.
+func (l *Ledger) abortLocked(call *Call) Releases {
 	now := time.Now()
 	releases := Releases{}
 	var parts partCache
