@@ -96,12 +96,15 @@ class Producer(confluent_kafka.Producer):
         self._unresolved = False  # a call of this transaction timed out and was not retried successfully
         # The transaction's first output record, whose delivery report the call names instead of a touch.
         self._first_out: Optional[_Delivery] = None
+        # Acknowledgements of the open transaction the sidecar holds for a later call (defer=True),
+        # with their metadata: the next call of the same member, or commit_transaction, stages them.
+        self._deferred: List[Tuple[ShareAcknowledgements, ShareGroupMetadata]] = []
 
     # ------------------------------------------------------------ the KIP's call
 
     def send_share_acknowledgements_to_transaction(self, acknowledgements: ShareAcknowledgements,
                                                    metadata: ShareGroupMetadata,
-                                                   timeout: float = DEFAULT_TIMEOUT) -> None:
+                                                   timeout: float = DEFAULT_TIMEOUT, defer: bool = False) -> None:
         """Binds ``acknowledgements`` to the producer's open transaction: the sidecar stages them
         (TX_PENDING) and applies them to the share group if and only if the transaction commits.
         Blocks until the sidecar answered, at most ``timeout`` seconds.
@@ -116,6 +119,16 @@ class Producer(confluent_kafka.Producer):
         is staged, and a transaction holding only acknowledgements still ends with EndTxn. Each call
         is all or nothing; on any exception abort the transaction (unless it is fatal: then close
         the producer). Empty acknowledgements do nothing.
+
+        ``defer=True`` is for a transaction that goes on over more polls (a part of a poll that does
+        not end the transaction): the sidecar checks the acknowledgements and holds them back from the
+        consumer's own acknowledgement of the records (so ``acknowledge_handed_over`` and the next
+        poll are safe), but writes nothing, and the call neither waits for the outputs nor touches.
+        The transaction's next call without ``defer`` for the same group member stages them with its
+        own, in one shadow record; ``commit_transaction`` stages any still deferred before it commits.
+        What was deferred and never staged is not in the transaction: the sidecar releases it when
+        the transaction ends. A fenced producer (a zombie) then learns it at that staging call or at
+        ``commit_transaction``, not at the deferred call.
 
         :raises KafkaException: see the class documentation (``_TIMED_OUT`` is retriable: the
             same call may be made again, the sidecar answers a repeat with the same success).
@@ -157,9 +170,12 @@ class Producer(confluent_kafka.Producer):
                 # the transactional id, so a zombie whose transaction wrote before a newer instance
                 # initialised would otherwise stage its later calls into the newer instance's
                 # transaction (test_zombie_cannot_stage_a_later_call).
-                output = self._output_ref(deadline)
-                touch = self._touch(deadline) if output is None else -1
-                self._stage(acknowledgements, metadata, deadline, touch, output)
+                if defer:
+                    self._stage(acknowledgements, metadata, deadline, -1, None, defer=True)
+                    self._deferred.append((acknowledgements, metadata))
+                    self._unresolved = False
+                    return
+                self._stage_with_deferred(acknowledgements, metadata, deadline)
                 self._unresolved = False
             except _Timeout as e:
                 self._unresolved = True
@@ -181,6 +197,7 @@ class Producer(confluent_kafka.Producer):
             self._abortable = None
             self._unresolved = False
             self._first_out = None
+            self._deferred = []
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
         """confluent-kafka's ``produce``; the first one of a transaction also notes its delivery
@@ -216,6 +233,8 @@ class Producer(confluent_kafka.Producer):
             raise kafka_exception(KafkaError._STATE, "sharetx: cannot commit: a send_share_acknowledgements_to_transaction "
                                   "of this transaction timed out and was not retried successfully; retry it or abort "
                                   "the transaction")
+        if self._deferred:
+            self._stage_deferred(_timeout_arg(args, kwargs))
         super().commit_transaction(*args, **kwargs)
         with self._stx_lock:
             self._in_txn = False
@@ -228,6 +247,7 @@ class Producer(confluent_kafka.Producer):
             self._abortable = None
             self._unresolved = False
             self._first_out = None
+            self._deferred = []
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
         """Closes the library's connections to the sidecar, then the producer."""
@@ -392,8 +412,35 @@ class Producer(confluent_kafka.Producer):
 
     # ------------------------------------------------------------ staging
 
+    def _stage_with_deferred(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline) -> None:
+        """Stages acks with what earlier calls of the transaction deferred for the same member, in
+        one call, named by the transaction's first output (or a touch)."""
+        mine = [a for a, m in self._deferred if m == md]
+        output = self._output_ref(deadline)
+        touch = self._touch(deadline) if output is None else -1
+        self._stage(_merged(mine + [acks]) if mine else acks, md, deadline, touch, output)
+        self._deferred = [(a, m) for a, m in self._deferred if m != md]
+
+    def _stage_deferred(self, timeout: float) -> None:
+        """commit_transaction's first step: stages what calls deferred and no call staged since."""
+        with self._stx_lock:
+            deadline = Deadline(timeout)
+            try:
+                while self._deferred:
+                    acks, md = self._deferred[-1]
+                    self._stage_with_deferred(ShareAcknowledgements.empty(), md, deadline)
+            except _Timeout as e:
+                raise kafka_exception(KafkaError._TIMED_OUT, "sharetx: staging the deferred acknowledgements: %s" % e,
+                                      retriable=True) from None
+            except NotASidecar as e:
+                self._fatal = unsupported_version(str(e))
+                raise self._fatal from None
+            except AuthenticationFailed as e:
+                self._fatal = kafka_exception(KafkaError._AUTHENTICATION, "sharetx: %s" % e, fatal=True)
+                raise self._fatal from None
+
     def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline, touch: int,
-               output: Optional[P.OutputRef]) -> None:
+               output: Optional[P.OutputRef], defer: bool = False) -> None:
         left: Dict[TopicIdPartition, Tuple[ShareAcknowledgementBatch, ...]] = dict(acks.items())
         refresh = False
         last: Optional[BaseException] = None
@@ -419,7 +466,7 @@ class Producer(confluent_kafka.Producer):
             for addr, parts in by_leader.items():
                 body = P.txn_share_acknowledge(self._stx.transactional_id, md.group_id, -1, -1, md.member_id,
                                                md.member_epoch, [p for _, p in parts],
-                                               touch if touch >= 0 else None, output)
+                                               touch if touch >= 0 else None, output, defer)
                 try:
                     b = self._client().request(addr, self._stx.api_key, 0, True, body, deadline)
                 except (OSError, SidecarTimeout) as e:
@@ -500,6 +547,25 @@ class Producer(confluent_kafka.Producer):
                 addr = self._client().any_bootstrap()  # every sidecar listener serves the key
             out.setdefault(addr, []).append((tip, P.AckPartition(tid, tip.partition, batches_wire(batches))))
         return out
+
+
+def _merged(parts: List[ShareAcknowledgements]) -> ShareAcknowledgements:
+    """One ShareAcknowledgements of several calls' (of different records), each partition's batches in
+    the order the calls came."""
+    m: Dict[TopicIdPartition, List[ShareAcknowledgementBatch]] = {}
+    for acks in parts:
+        for tip, batches in acks.items():
+            m.setdefault(tip, []).extend(batches)
+    return ShareAcknowledgements(m)
+
+
+def _timeout_arg(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> float:
+    """The timeout a commit_transaction was given (confluent-kafka: the first argument, seconds;
+    -1 or none: no limit of its own), for the calls it makes first."""
+    t = args[0] if args else kwargs.get("timeout")
+    if t is None or t < 0:
+        return DEFAULT_TIMEOUT
+    return float(t)
 
 
 class _Delivery:

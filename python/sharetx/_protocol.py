@@ -25,6 +25,7 @@ RIDE_PRODUCE_TAG = 10000
 #: that touch was written with (docs/protocol.md).
 TOUCH_OFFSET_TAG = 10001
 OUTPUT_RECORD_TAG = 10002
+DEFER_TAG = 10003
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -52,13 +53,14 @@ class AckPartition:
 def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, producer_id: int, producer_epoch: int,
                           member_id: str, member_epoch: int, partitions: Iterable[AckPartition],
                           touch_offset: Optional[int] = None,
-                          output_record: Optional["OutputRef"] = None) -> bytes:
+                          output_record: Optional["OutputRef"] = None, defer: bool = False) -> bytes:
     """TxnShareAcknowledgeRequest v0, fields in the reference's wire order: TransactionalId, GroupId,
     ProducerId, ProducerEpoch, MemberId, MemberEpoch, Topics[TopicId, Partitions[PartitionIndex,
     AcknowledgementBatches[FirstOffset, LastOffset, AcknowledgeTypes[int8]]]]. Partitions of one
     topic id are grouped, in the order given. touch_offset (sharetx's TouchOffset extension, a
     tagged field) names the call's touch record; output_record (its OutputRecord extension) one of
-    the transaction's outputs instead."""
+    the transaction's outputs instead; defer (its Defer extension) asks the sidecar to hold the
+    acknowledgements for a later call of the transaction instead of staging them."""
     by_topic: Dict[uuid.UUID, List[AckPartition]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic_id, []).append(p)
@@ -75,7 +77,7 @@ def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, produc
                 w.no_tags()
             w.no_tags()
         w.no_tags()
-    tags = int(touch_offset is not None) + int(output_record is not None)
+    tags = int(touch_offset is not None) + int(output_record is not None) + int(defer)
     w.uvarint(tags)  # tagged fields, in increasing tag order
     if touch_offset is not None:
         w.uvarint(TOUCH_OFFSET_TAG).uvarint(8).int64(touch_offset)
@@ -84,6 +86,8 @@ def txn_share_acknowledge(transactional_id: Optional[str], group_id: str, produc
         v = (Writer().uuid(o.topic_id or ZERO_UUID).compact_string(o.topic).int32(o.partition).int64(o.offset)
              .getvalue())
         w.uvarint(OUTPUT_RECORD_TAG).uvarint(len(v)).raw(v)
+    if defer:
+        w.uvarint(DEFER_TAG).uvarint(1).int8(1)
     return w.getvalue()
 
 

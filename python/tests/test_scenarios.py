@@ -548,3 +548,110 @@ def test_nothing_listening_is_a_clear_timeout():
         assert "no sidecar reached" in err.str() and "refused" in err.str().lower(), err.str()
     finally:
         p.close(0)
+
+
+def test_deferred_parts_staged_at_commit():
+    """A transaction that goes on over more parts defers them (defer=True): the sidecar holds them back
+    from the consumer's own acknowledgement without the call waiting for the outputs or touching, and
+    commit_transaction stages them all, in one call, before it commits: the outputs committed,
+    nothing left."""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        p = s.producer()
+        p.init_transactions(POLL)
+        touches = []
+        real_touch = p._touch
+
+        def counted_touch(deadline):  # type: ignore[no-untyped-def]
+            touches.append(1)
+            return real_touch(deadline)
+
+        p._touch = counted_touch  # type: ignore[method-assign]
+        msgs = four_records(c)
+        md = sharetx.share_group_metadata(c, s.group)
+        p.begin_transaction()
+        for part in (msgs[:2], msgs[2:]):
+            for m in part:
+                p.produce(s.output, key=m.key(), value=b"out-" + m.value())
+            p.send_share_acknowledgements_to_transaction(acks_of(part), md, defer=True)
+        assert touches == [], "a deferred call touched"
+        sharetx.acknowledge_handed_over(c, msgs)
+        c.poll(0.5)  # sends the consumer's acknowledgement of the deferred records: held back
+        p.commit_transaction(POLL)
+        assert sorted(s.committed_outputs(QUIET)) == sorted(b"out-" + m.value() for m in msgs)
+        s.close_clients()
+        assert s.left_for_fresh_member(QUIET) == [], "records delivered again after the commit"
+
+
+def test_deferred_part_staged_with_the_next_call():
+    """The transaction's next call without defer stages what the earlier one deferred with its own
+    acknowledgements; the commit then has nothing left to stage."""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        p = s.producer()
+        p.init_transactions(POLL)
+        msgs = four_records(c)
+        md = sharetx.share_group_metadata(c, s.group)
+        p.begin_transaction()
+        p.produce(s.output, key=b"k", value=b"out")
+        p.send_share_acknowledgements_to_transaction(acks_of(msgs[:3]), md, defer=True)
+        p.send_share_acknowledgements_to_transaction(acks_of(msgs[3:]), md)
+        assert p._deferred == [], "the staging call left deferred acknowledgements behind"
+        sharetx.acknowledge_handed_over(c, msgs)
+        p.commit_transaction(POLL)
+        c.poll(0.5)
+        assert s.committed_outputs(QUIET) == [b"out"]
+        s.close_clients()
+        assert s.left_for_fresh_member(QUIET) == [], "records delivered again after the commit"
+
+
+def test_deferred_released_by_the_abort():
+    """Deferred and handed over, then aborted: the sidecar releases the records at the abort (the
+    consumer's own acknowledgement of them was held back), and they are delivered again."""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        p = s.producer()
+        p.init_transactions(POLL)
+        msgs = four_records(c)
+        md = sharetx.share_group_metadata(c, s.group)
+        p.begin_transaction()
+        p.produce(s.output, key=b"k", value=b"aborted")
+        p.send_share_acknowledgements_to_transaction(acks_of(msgs), md, defer=True)
+        sharetx.acknowledge_handed_over(c, msgs)
+        c.poll(0.5)
+        p.abort_transaction(POLL)
+        assert s.committed_outputs(QUIET) == []
+        s.close_clients()
+        left = s.left_for_fresh_member(QUIET)
+        assert offsets(left) == offsets(msgs), "every deferred record is to be delivered again after the abort"
+
+
+def test_zombie_deferred_is_fenced_at_commit():
+    """A zombie's deferred call is not checked against its output (it does not wait for one), so it
+    is answered; the newer instance's InitProducerId releases what it deferred, and the zombie's
+    commit, whose staging call names its output written at the old epoch, is refused (fatal):
+    nothing of the zombie's is committed."""
+    with Setup(1, 4) as s:
+        c = s.consumer()
+        txn_id = unique("pzombie5")
+        zombie = s.producer(txn_id)
+        zombie.init_transactions(POLL)
+        msgs = four_records(c)
+        md = sharetx.share_group_metadata(c, s.group)
+        zombie.begin_transaction()
+        zombie.produce(s.output, key=b"k", value=b"zombie")
+        zombie.send_share_acknowledgements_to_transaction(acks_of(msgs[:2]), md, defer=True)
+        fresh = s.producer(txn_id)
+        fresh.init_transactions(POLL)  # fences the zombie
+        with pytest.raises(KafkaException) as e:
+            zombie.commit_transaction(30)
+        err = e.value.args[0]
+        print("zombie: %s" % err)
+        assert err.fatal(), "the zombie's commit must be fenced, got %s" % err
+        sharetx.release_for_redelivery(c, msgs)
+        c.poll(0.5)
+        close_fenced(s, zombie)
+        assert s.committed_outputs(QUIET) == []
+        s.close_clients()
+        left = s.left_for_fresh_member(QUIET)
+        assert offsets(left) == offsets(msgs), "every record is still to be processed: none was acknowledged"

@@ -74,6 +74,34 @@ def test_output_record_bytes_are_the_go_codecs():
                          + "0000000000001092")
 
 
+def test_defer_bytes_are_the_go_codecs():
+    """The Defer extension (tag 10003, one byte 1), alone and last after OutputRecord, as
+    kip1289.TxnShareAcknowledgeRequest.AppendTo encodes it."""
+    parts = _go_request_parts()
+    base = GO_REQUEST[:-2]
+    got = P.txn_share_acknowledge("txn-1", "group-a", -1, -1, "", -1, parts, None, None, True)
+    assert got.hex() == base + "01" + "934e0101"
+    got = P.txn_share_acknowledge("txn-1", "group-a", -1, -1, "", -1, parts, None,
+                                  P.OutputRef("results", ID2, 2, 4242), True)
+    assert got.hex() == (base + "02924e24" + "ab" * 16 + "08726573756c7473" + "00000002" + "0000000000001092"
+                         + "934e0101")
+
+
+def test_deferred_calls_merge_per_partition_in_call_order():
+    """What the staging call sends for the calls a transaction deferred: each partition's batches of
+    every call, in the order the calls came."""
+    from sharetx._producer import _merged
+    p0 = sharetx.TopicIdPartition(None, 0, ID1)
+    p1 = sharetx.TopicIdPartition(None, 1, ID1)
+    first = _acks([(p0, 5, 1), (p0, 6, 1), (p1, 3, 3)])
+    second = _acks([(p0, 7, 1), (p0, 9, 1)])
+    m = _merged([first, second])
+    assert [(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in m[p0]] == [
+        (5, 6, (1,)), (7, 7, (1,)), (9, 9, (1,))]
+    assert [(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in m[p1]] == [(3, 3, (3,))]
+    assert m.offset_count() == 5
+
+
 def test_response_decodes_as_the_reference_client_reads_it():
     r = P.parse_txn_share_acknowledge(bytes.fromhex(GO_RESPONSE))
     assert r.effective_code() == 113
