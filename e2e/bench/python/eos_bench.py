@@ -13,8 +13,9 @@ does the record that reaches --target.
 
 - --mode share: confluent-kafka's ShareConsumer in explicit mode and a sharetx.Producer through the
   sharetx sidecar, the inputs' ACCEPTs bound to the transaction
-  (send_share_acknowledgements_to_transaction once for each poll's part of it, then
-  acknowledge_handed_over before the next poll), the pattern of python/README.md.
+  (send_share_acknowledgements_to_transaction once for each poll's part of it, deferred when the
+  transaction goes on over the next poll, then acknowledge_handed_over before the next poll), the
+  pattern of python/README.md; --no-defer stages every part on its own call.
 - --mode group: confluent-kafka's own consumer-group exactly-once, direct: a Consumer
   (read_committed, no auto-commit, consume(--batch)) and a transactional Producer with
   send_offsets_to_transaction(the transaction's next offsets, consumer_group_metadata()).
@@ -120,7 +121,8 @@ class Mode:
     """What a mode does with its transaction; the loop decides when (see the module doc).
 
     add: the outputs of ``part`` (records of the current poll) into the open transaction, and
-    whatever binds the inputs to it. carry: the open transaction's records of this poll, before
+    whatever binds the inputs to it; ``last`` says whether the part ends the transaction (it is
+    committed next) or the transaction goes on over the next poll. carry: the open transaction's records of this poll, before
     the next poll. commit and abort: the whole transaction (``txn``), ``this_poll`` its records of
     the current poll that the consumer has not been told about yet. abort returns whether the
     rest of the poll may still be processed (False: the consumer will deliver it again)."""
@@ -128,7 +130,7 @@ class Mode:
     def begin(self) -> None:
         raise NotImplementedError
 
-    def add(self, part: List[Any]) -> None:
+    def add(self, part: List[Any], last: bool) -> None:
         raise NotImplementedError
 
     def carry(self, this_poll: List[Any]) -> None:
@@ -196,9 +198,9 @@ def loop(a: argparse.Namespace, r: Result, poll: Callable[[], List[Any]], mode: 
             i += len(part)
             txn += part
             this_poll += part
-            if not attempt(lambda: mode.add(part), False):
-                break
             full = len(txn) >= a.batch or r.records + len(txn) >= a.target  # the run's last one: now
+            if not attempt(lambda: mode.add(part, full), False):
+                break
             if full and not attempt(lambda: mode.commit(txn, this_poll), True):
                 break
         if txn:
@@ -229,10 +231,13 @@ def share(a: argparse.Namespace) -> Result:
             def begin(self) -> None:
                 producer.begin_transaction()
 
-            def add(self, part: List[Any]) -> None:
+            def add(self, part: List[Any], last: bool) -> None:
                 r.timed("send", lambda: produce_all(producer, a.output, part))
+                # A part the transaction goes on after is deferred: its acknowledgements are held
+                # for the transaction's next call (or its commit), one shadow record for the lot.
                 r.timed("stage", lambda: producer.send_share_acknowledgements_to_transaction(
-                    sharetx.ShareAcknowledgements.from_messages(part, AcknowledgeType.ACCEPT), md))
+                    sharetx.ShareAcknowledgements.from_messages(part, AcknowledgeType.ACCEPT), md,
+                    defer=a.defer and not last))
                 sharetx.acknowledge_handed_over(consumer, part)
 
             def commit(self, txn: List[Any], this_poll: List[Any]) -> None:
@@ -266,7 +271,7 @@ def share_txn(a: argparse.Namespace) -> Result:
             def begin(self) -> None:
                 producer.begin_transaction()
 
-            def add(self, part: List[Any]) -> None:
+            def add(self, part: List[Any], last: bool) -> None:
                 r.timed("send", lambda: produce_all(producer, a.output, part))
 
             def carry(self, this_poll: List[Any]) -> None:
@@ -301,7 +306,7 @@ def group(a: argparse.Namespace) -> Result:
             def begin(self) -> None:
                 producer.begin_transaction()
 
-            def add(self, part: List[Any]) -> None:
+            def add(self, part: List[Any], last: bool) -> None:
                 r.timed("send", lambda: produce_all(producer, a.output, part))
 
             def commit(self, txn: List[Any], this_poll: List[Any]) -> None:
@@ -338,6 +343,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--target", type=int, default=100000)
     p.add_argument("--max-seconds", dest="max_seconds", type=float, default=10.0)
+    p.add_argument("--no-defer", dest="defer", action="store_false",
+                   help="share mode: stage every part of a transaction on its own call, as before defer=True")
     a = p.parse_args()
     try:
         r = {"share": share, "group": group, "share-txn": share_txn}[a.mode](a)
