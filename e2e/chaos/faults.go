@@ -24,6 +24,8 @@ func (p *phase) inject(ctx context.Context) {
 		p.workerKill()
 	case "proxy-kill":
 		p.proxyKill()
+	case "proxy-kill-deferred":
+		p.proxyKillAt(p.proxy[0], "deferred")
 	case "broker-restart":
 		p.brokerRestart(ctx)
 	case "worker-stall":
@@ -136,7 +138,15 @@ func (p *phase) holdAt(s *workerSlot, point, d string, wait time.Duration) bool 
 func (p *phase) proxyKill() { p.proxyKillOf(p.proxy[0]) }
 
 // proxyKillOf is proxyKill of pp.
-func (p *phase) proxyKillOf(pp *proxyProc) {
+func (p *phase) proxyKillOf(pp *proxyProc) { p.proxyKillAt(pp, "staged") }
+
+// proxyKillAt kills pp with kill -9 while one of its workers holds at
+// point: "staged" (proxyKill), or "deferred" (proxy-kill-deferred: a
+// Python worker between the answer to its deferred call and the call that
+// stages it, design.md §4.5: nothing was written, and the proxy's memory
+// of the deferred acknowledgements goes with it); a kill at a random moment
+// when no worker gets there within 15 s (Go and Java workers never defer).
+func (p *phase) proxyKillAt(pp *proxyProc, point string) {
 	var target *workerSlot
 	for _, s := range p.slots {
 		if s.proxy == pp {
@@ -146,10 +156,10 @@ func (p *phase) proxyKillOf(pp *proxyProc) {
 	}
 	where := "at a random moment"
 	if target != nil {
-		if p.holdAt(target, "staged", "3s", 15*time.Second) {
-			where = fmt.Sprintf("while worker %s holds acknowledgements staged in an open transaction", target.label)
+		if p.holdAt(target, point, "3s", 15*time.Second) {
+			where = fmt.Sprintf("while worker %s holds acknowledgements %s in an open transaction", target.label, point)
 		} else {
-			where = fmt.Sprintf("(worker %s did not reach \"staged\" within 15s)", target.label)
+			where = fmt.Sprintf("(worker %s did not reach %q within 15s)", target.label, point)
 		}
 	}
 	pid := pp.p.Pid()

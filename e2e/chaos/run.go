@@ -20,7 +20,7 @@ import (
 )
 
 // allFaults, in the order phases run.
-var allFaults = []string{"none", "txn-input", "worker-kill", "proxy-kill", "broker-restart", "worker-stall", "txn-timeout"}
+var allFaults = []string{"none", "txn-input", "worker-kill", "proxy-kill", "proxy-kill-deferred", "broker-restart", "worker-stall", "txn-timeout"}
 
 // Options configure a chaos run.
 type Options struct {

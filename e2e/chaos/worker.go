@@ -15,6 +15,8 @@ package main
 //	stdin   hold <point> <duration>   at the next <point> (polled: records
 //	                                  acquired, nothing produced; staged: acks
 //	                                  staged in the open transaction;
+//	                                  deferred: the Python worker only,
+//	                                  half the acks deferred, not staged;
 //	                                  committed: just committed, before the
 //	                                  next poll) print HOLD and sleep <duration>
 //	        stop                      finish the current transaction and exit

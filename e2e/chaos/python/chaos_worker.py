@@ -11,7 +11,9 @@ on stdin (stop, hold <point> <duration>; the end of stdin is a stop), SIGTERM an
 
 One transaction per poll (a poll larger than --max-poll in several: librdkafka 2.16's share
 consumer does not cap a poll): an output record per input (key and value: the input's value); the
-records' ACCEPT bound to the transaction; the records acknowledged on the consumer
+records' ACCEPT bound to the transaction (the first half in a deferred call, defer=True, the second
+half in the call that stages both: a hold point of its own, "deferred", between the two); the
+records acknowledged on the consumer
 (acknowledge_handed_over: the sidecar absorbs it, the transaction decides); commit; or, on purpose
 (--abort-rate) or on any error, abort and release_for_redelivery. A producer that cannot go on
 (fatal, its abort failed, or three transactions failed in a row) is replaced: init_transactions of a
@@ -252,8 +254,17 @@ class Worker:
         if error is None:
             t = time.monotonic()
             try:
+                # The first half deferred (held by the sidecar, nothing written), then the second
+                # half staged with it in one call, as a transaction over two polls does
+                # (docs/design.md §4.5); "deferred" holds between the two.
+                half = n // 2
+                if half:
+                    p.send_share_acknowledgements_to_transaction(
+                        sharetx.ShareAcknowledgements.from_messages(msgs[:half], AcknowledgeType.ACCEPT), self.metadata,
+                        TIMEOUT, defer=True)
+                    self.orch.hold("deferred")
                 p.send_share_acknowledgements_to_transaction(
-                    sharetx.ShareAcknowledgements.from_messages(msgs, AcknowledgeType.ACCEPT), self.metadata, TIMEOUT)
+                    sharetx.ShareAcknowledgements.from_messages(msgs[half:], AcknowledgeType.ACCEPT), self.metadata, TIMEOUT)
                 # Staged: the consumer may let go of the records (absorbed by the sidecar).
                 sharetx.acknowledge_handed_over(self.consumer, msgs)
             except Exception as e:  # noqa: BLE001
