@@ -211,6 +211,18 @@ func TestRideProduceTag(t *testing.T) {
 	}
 }
 
+// withRide is the reference request ref with its tagged fields' count set
+// for n more fields and, when ride, RideProduce as the first of them.
+func withRide(ref []byte, ride bool, n byte) []byte {
+	want := append([]byte(nil), ref[:len(ref)-1]...)
+	if !ride {
+		return append(want, n)
+	}
+	want = append(want, n+1)
+	want = binary.AppendUvarint(want, RideProduceTag)
+	return append(want, 1, 1)
+}
+
 // TestDeferTag: Defer is a tagged field of its own (tag DeferTag,
 // one byte), last when sent with the others (tags in increasing order); the
 // reference layout decodes without it, and a value of another size is
@@ -221,14 +233,7 @@ func TestDeferTag(t *testing.T) {
 		r := referenceRequest()
 		r.RideProduce, r.Defer = ride, true
 		b := r.AppendTo(nil)
-		want := append([]byte(nil), ref[:len(ref)-1]...)
-		if ride {
-			want = append(want, 2)
-			want = binary.AppendUvarint(want, RideProduceTag)
-			want = append(want, 1, 1)
-		} else {
-			want = append(want, 1)
-		}
+		want := withRide(ref, ride, 1)
 		want = binary.AppendUvarint(want, DeferTag)
 		want = append(want, 1, 1)
 		if !bytes.Equal(b, want) {
@@ -263,14 +268,7 @@ func TestTouchOffsetTag(t *testing.T) {
 			r.RideProduce = ride
 			r.TouchOffset = &off
 			b := r.AppendTo(nil)
-			want := append([]byte(nil), ref[:len(ref)-1]...)
-			if ride {
-				want = append(want, 2)
-				want = binary.AppendUvarint(want, RideProduceTag)
-				want = append(want, 1, 1)
-			} else {
-				want = append(want, 1)
-			}
+			want := withRide(ref, ride, 1)
 			want = binary.AppendUvarint(want, TouchOffsetTag)
 			want = append(want, 8)
 			want = binary.BigEndian.AppendUint64(want, uint64(off))

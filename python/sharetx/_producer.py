@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -180,12 +180,8 @@ class Producer(confluent_kafka.Producer):
             except _Timeout as e:
                 self._unresolved = True
                 raise kafka_exception(KafkaError._TIMED_OUT, "sharetx: %s" % e, retriable=True) from None
-            except NotASidecar as e:
-                self._fatal = unsupported_version(str(e))
-                raise self._fatal from None
-            except AuthenticationFailed as e:
-                self._fatal = kafka_exception(KafkaError._AUTHENTICATION, "sharetx: %s" % e, fatal=True)
-                raise self._fatal from None
+            except (NotASidecar, AuthenticationFailed) as e:
+                self._fail_fatally(e)
 
     # ------------------------------------------------------------ the transaction's life
 
@@ -432,12 +428,17 @@ class Producer(confluent_kafka.Producer):
             except _Timeout as e:
                 raise kafka_exception(KafkaError._TIMED_OUT, "sharetx: staging the deferred acknowledgements: %s" % e,
                                       retriable=True) from None
-            except NotASidecar as e:
-                self._fatal = unsupported_version(str(e))
-                raise self._fatal from None
-            except AuthenticationFailed as e:
-                self._fatal = kafka_exception(KafkaError._AUTHENTICATION, "sharetx: %s" % e, fatal=True)
-                raise self._fatal from None
+            except (NotASidecar, AuthenticationFailed) as e:
+                self._fail_fatally(e)
+
+    def _fail_fatally(self, e: BaseException) -> NoReturn:
+        """No sidecar serves the key (NotASidecar) or the library cannot authenticate to it: nothing
+        will work; the producer's fatal error."""
+        if isinstance(e, NotASidecar):
+            self._fatal = unsupported_version(str(e))
+        else:
+            self._fatal = kafka_exception(KafkaError._AUTHENTICATION, "sharetx: %s" % e, fatal=True)
+        raise self._fatal from None
 
     def _stage(self, acks: ShareAcknowledgements, md: ShareGroupMetadata, deadline: Deadline, touch: int,
                output: Optional[P.OutputRef], defer: bool = False) -> None:

@@ -46,6 +46,19 @@ def close_fenced(s, zombie):
         assert e.args[0].fatal(), e
 
 
+def count_touches(p):
+    """A list that gets an entry for every touch record p makes from now on."""
+    touches = []
+    real_touch = p._touch
+
+    def counted_touch(deadline):  # type: ignore[no-untyped-def]
+        touches.append(1)
+        return real_touch(deadline)
+
+    p._touch = counted_touch  # type: ignore[method-assign]
+    return touches
+
+
 def drain(p, c, md, done, total):
     while done < total:
         msgs = poll_some(c, POLL)
@@ -350,14 +363,7 @@ def test_outputs_name_the_transaction_instead_of_a_touch():
         c = s.consumer()
         p = s.producer()
         p.init_transactions(POLL)
-        touches = []
-        real_touch = p._touch
-
-        def counted_touch(deadline):  # type: ignore[no-untyped-def]
-            touches.append(1)
-            return real_touch(deadline)
-
-        p._touch = counted_touch  # type: ignore[method-assign]
+        touches = count_touches(p)
         md = sharetx.share_group_metadata(c, s.group)
         msgs = []
         while len(msgs) < 2:
@@ -559,14 +565,7 @@ def test_deferred_parts_staged_at_commit():
         c = s.consumer()
         p = s.producer()
         p.init_transactions(POLL)
-        touches = []
-        real_touch = p._touch
-
-        def counted_touch(deadline):  # type: ignore[no-untyped-def]
-            touches.append(1)
-            return real_touch(deadline)
-
-        p._touch = counted_touch  # type: ignore[method-assign]
+        touches = count_touches(p)
         msgs = four_records(c)
         md = sharetx.share_group_metadata(c, s.group)
         p.begin_transaction()
@@ -583,17 +582,24 @@ def test_deferred_parts_staged_at_commit():
         assert s.left_for_fresh_member(QUIET) == [], "records delivered again after the commit"
 
 
+def four_in_a_transaction(s, out):
+    """A Setup(1, 4)'s consumer, its 4 records polled and a producer with a transaction open that
+    produced one output."""
+    c = s.consumer()
+    p = s.producer()
+    p.init_transactions(POLL)
+    msgs = four_records(c)
+    md = sharetx.share_group_metadata(c, s.group)
+    p.begin_transaction()
+    p.produce(s.output, key=b"k", value=out)
+    return c, p, msgs, md
+
+
 def test_deferred_part_staged_with_the_next_call():
     """The transaction's next call without defer stages what the earlier one deferred with its own
     acknowledgements; the commit then has nothing left to stage."""
     with Setup(1, 4) as s:
-        c = s.consumer()
-        p = s.producer()
-        p.init_transactions(POLL)
-        msgs = four_records(c)
-        md = sharetx.share_group_metadata(c, s.group)
-        p.begin_transaction()
-        p.produce(s.output, key=b"k", value=b"out")
+        c, p, msgs, md = four_in_a_transaction(s, b"out")
         p.send_share_acknowledgements_to_transaction(acks_of(msgs[:3]), md, defer=True)
         p.send_share_acknowledgements_to_transaction(acks_of(msgs[3:]), md)
         assert p._deferred == [], "the staging call left deferred acknowledgements behind"
@@ -609,13 +615,7 @@ def test_deferred_released_by_the_abort():
     """Deferred and handed over, then aborted: the sidecar releases the records at the abort (the
     consumer's own acknowledgement of them was held back), and they are delivered again."""
     with Setup(1, 4) as s:
-        c = s.consumer()
-        p = s.producer()
-        p.init_transactions(POLL)
-        msgs = four_records(c)
-        md = sharetx.share_group_metadata(c, s.group)
-        p.begin_transaction()
-        p.produce(s.output, key=b"k", value=b"aborted")
+        c, p, msgs, md = four_in_a_transaction(s, b"aborted")
         p.send_share_acknowledgements_to_transaction(acks_of(msgs), md, defer=True)
         sharetx.acknowledge_handed_over(c, msgs)
         c.poll(0.5)
