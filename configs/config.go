@@ -214,6 +214,11 @@ type Limits struct {
 	// (the share-group and transaction requests it intercepts, not
 	// Produce); a larger one closes the connection.
 	MaxDecodedRequestBytes int `yaml:"max_decoded_request_bytes"`
+	// MaxProcs is how many CPUs the proxy's Go code runs on at once
+	// (runtime.GOMAXPROCS); 0 leaves it to Go: every CPU of the machine,
+	// or the container's CPU limit. The GOMAXPROCS environment variable,
+	// when set, wins over it.
+	MaxProcs int `yaml:"max_procs"`
 }
 
 // Timeouts of the proxy itself.
@@ -276,6 +281,7 @@ func Default() Config {
 			MaxConnectionsPerPrincipal: 1000,
 			MaxBufferedResponseBytes:   64 << 20,
 			MaxDecodedRequestBytes:     1 << 20,
+			MaxProcs:                   1,
 		},
 		Timeouts: Timeouts{
 			ShutdownGrace:      10 * time.Second,
@@ -559,6 +565,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxInFlight < 1 || c.Limits.MaxInFlight > 10000 {
 		return errorf("limits.max_in_flight", "%d is outside 1..10000", c.Limits.MaxInFlight)
+	}
+	if c.Limits.MaxProcs < 0 || c.Limits.MaxProcs > 1024 {
+		return errorf("limits.max_procs", "%d is outside 0..1024 (0: Go's choice, every CPU or the container's limit)", c.Limits.MaxProcs)
 	}
 	if c.Limits.MaxConnections < 1 || c.Limits.MaxConnections > 1_000_000 {
 		return errorf("limits.max_connections", "%d is outside 1..1000000", c.Limits.MaxConnections)

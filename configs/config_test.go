@@ -50,6 +50,7 @@ func TestEnvOverrides(t *testing.T) {
 		"SHARETX_UPSTREAM_TLS_ENABLED=true",
 		"SHARETX_TIMEOUTS_SHUTDOWN_GRACE=3s",
 		"SHARETX_LIMITS_MAX_IN_FLIGHT=7",
+		"SHARETX_LIMITS_MAX_PROCS=3",
 		"HOME=/x",
 	})
 	if err != nil {
@@ -57,7 +58,7 @@ func TestEnvOverrides(t *testing.T) {
 	}
 	if strings.Join(cfg.Upstream.BootstrapServers, ",") != "a:1,b:2" || cfg.Listen.AdvertisedHost != "pod.local" ||
 		cfg.Listen.BrokerPorts[2] != 9102 || !cfg.Upstream.TLS.Enabled || cfg.Timeouts.ShutdownGrace != 3*time.Second ||
-		cfg.Limits.MaxInFlight != 7 {
+		cfg.Limits.MaxInFlight != 7 || cfg.Limits.MaxProcs != 3 {
 		t.Fatalf("env not applied: %+v", cfg)
 	}
 	if cfg.BrokerPort(1) != 9101 || cfg.BrokerPort(5) != 9098 {
@@ -73,6 +74,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{yaml: "listen:\n  bootstrap: 0.0.0.0:9092\n", key: "listen.advertised_host"},
 		{yaml: "limits:\n  max_in_flight: 0\n", key: "limits.max_in_flight"},
 		{yaml: "limits:\n  max_connections: 0\n", key: "limits.max_connections"},
+		{yaml: "limits:\n  max_procs: -1\n", key: "limits.max_procs"},
+		{env: "SHARETX_LIMITS_MAX_PROCS=5000", key: "limits.max_procs"},
 		{env: "SHARETX_LIMITS_MAX_CONNECTIONS=-5", key: "limits.max_connections"},
 		{env: "SHARETX_LIMITS_MAX_CONNECTIONS_PER_SOURCE=0", key: "limits.max_connections_per_source"},
 		{yaml: "limits:\n  max_connections_per_principal: -1\n", key: "limits.max_connections_per_principal"},

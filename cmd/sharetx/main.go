@@ -19,6 +19,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -90,6 +91,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	log := newLogger(cfg.Log, stderr)
+	procs, from := setMaxProcs(cfg.Limits.MaxProcs, os.Getenv("GOMAXPROCS"))
+	log.Info("sharetx: CPUs for Go code", "gomaxprocs", procs, "from", from, "cpus", runtime.NumCPU())
 
 	srv, err := proxy.New(cfg, log, nil, intercept.NewFilter)
 	if err != nil {
@@ -113,6 +116,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "sharetx: %v\n", err)
 		return 1
+	}
+}
+
+// setMaxProcs applies limits.max_procs (n) to Go's runtime unless the
+// GOMAXPROCS environment variable (env) is set, which Go applied itself and
+// which wins; it returns the number in effect and where it came from.
+func setMaxProcs(n int, env string) (int, string) {
+	switch {
+	case env != "":
+		return runtime.GOMAXPROCS(0), "the GOMAXPROCS environment variable"
+	case n > 0:
+		runtime.GOMAXPROCS(n)
+		return n, "limits.max_procs"
+	default:
+		return runtime.GOMAXPROCS(0), "Go's default (limits.max_procs 0)"
 	}
 }
 

@@ -271,3 +271,46 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		hs.Close()
 	}
 }
+
+// limits.max_procs sets Go's GOMAXPROCS (1 by default), and the GOMAXPROCS
+// environment variable, when set, wins over it; the start-up log says
+// which. The line comes before the upstream is dialled, so an address
+// nothing listens on will do.
+func TestMaxProcs(t *testing.T) {
+	bin := buildBinary(t)
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "gomaxprocs=1 from=limits.max_procs"},
+		{[]string{"SHARETX_LIMITS_MAX_PROCS=2"}, "gomaxprocs=2 from=limits.max_procs"},
+		{[]string{"SHARETX_LIMITS_MAX_PROCS=1", "GOMAXPROCS=3"}, `gomaxprocs=3 from="the GOMAXPROCS environment variable"`},
+	} {
+		cmd := exec.Command(bin, "--upstream", "127.0.0.1:1", "--bootstrap", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GOMAXPROCS=") && !strings.HasPrefix(kv, "SHARETX_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, "SHARETX_LISTEN_BROKER_PORT_BASE=0")
+		cmd.Env = append(cmd.Env, tc.env...)
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var line string
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.Contains(s.Text(), "CPUs for Go code") {
+				line = s.Text()
+				break
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		if !strings.Contains(line, tc.want) {
+			t.Errorf("env %v: the start-up line is %q, want it to contain %s", tc.env, line, tc.want)
+		}
+	}
+}
