@@ -278,6 +278,10 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 // nothing listens on will do.
 func TestMaxProcs(t *testing.T) {
 	bin := buildBinary(t)
+	for _, k := range []string{"GOMAXPROCS", "SHARETX_LIMITS_MAX_PROCS"} {
+		t.Setenv(k, "") // restored after the test: the binary sees neither of the test's own
+		os.Unsetenv(k)
+	}
 	for _, tc := range []struct {
 		env  []string
 		want string
@@ -286,30 +290,9 @@ func TestMaxProcs(t *testing.T) {
 		{[]string{"SHARETX_LIMITS_MAX_PROCS=2"}, "gomaxprocs=2 from=limits.max_procs"},
 		{[]string{"SHARETX_LIMITS_MAX_PROCS=1", "GOMAXPROCS=3"}, `gomaxprocs=3 from="the GOMAXPROCS environment variable"`},
 	} {
-		cmd := exec.Command(bin, "--upstream", "127.0.0.1:1", "--bootstrap", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "GOMAXPROCS=") && !strings.HasPrefix(kv, "SHARETX_") {
-				cmd.Env = append(cmd.Env, kv)
-			}
-		}
-		cmd.Env = append(cmd.Env, "SHARETX_LISTEN_BROKER_PORT_BASE=0")
-		cmd.Env = append(cmd.Env, tc.env...)
-		out, _ := cmd.StdoutPipe()
-		cmd.Stderr = cmd.Stdout
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var line string
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			if strings.Contains(s.Text(), "CPUs for Go code") {
-				line = s.Text()
-				break
-			}
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		if !strings.Contains(line, tc.want) {
+		d := start(t, bin, append([]string{"SHARETX_LISTEN_BROKER_PORT_BASE=0"}, tc.env...),
+			"--upstream", "127.0.0.1:1", "--bootstrap", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
+		if line := d.await(t, "CPUs for Go code"); !strings.Contains(line, tc.want) {
 			t.Errorf("env %v: the start-up line is %q, want it to contain %s", tc.env, line, tc.want)
 		}
 	}
