@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,8 +109,15 @@ func startZeroConfig(t *testing.T) string {
 	d.await(t, "sharetx: ready")
 	go func() {
 		for l := range d.lines {
-			d.all.WriteString(l + "\n")
+			fmt.Fprintln(d.all, l)
 		}
 	}()
+	// A failed check shows what the sidecar said (its warnings name the
+	// requests it refused or retried).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sharetx's output, its last lines:\n%s", lastLines(d.all.String(), 60))
+		}
+	})
 	return addr
 }

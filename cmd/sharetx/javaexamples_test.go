@@ -131,6 +131,13 @@ func runExample(ctx context.Context, t *testing.T, argv []string) map[string]int
 		}
 	}
 	t.Logf("%s (%.1fs): %s", class, time.Since(start).Seconds(), summary)
+	// A check of the run that fails later shows what the example printed
+	// (its progress lines, the checkpoints and commits that failed).
+	t.Cleanup(func() {
+		if t.Failed() && err == nil && summary != "" {
+			t.Logf("%s's output, its last lines:\n%s\nstderr:\n%s", class, lastLines(string(out), 40), lastLines(stderr.String(), 20))
+		}
+	})
 	if err != nil || summary == "" {
 		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", class, err, lastLines(string(out), 30), lastLines(stderr.String(), 30))
 	}

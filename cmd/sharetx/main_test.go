@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sharetx/sharetx/configs"
 	"github.com/sharetx/sharetx/intercept"
+	"github.com/sharetx/sharetx/internal/syncbuf"
 	"github.com/sharetx/sharetx/proxy"
 )
 
@@ -39,7 +41,7 @@ func buildBinary(t *testing.T) string {
 type daemon struct {
 	cmd   *exec.Cmd
 	lines chan string
-	all   *strings.Builder
+	all   *syncbuf.Buffer // every line read so far (await, or startZeroConfig's reader)
 }
 
 // start runs the binary with env and waits for a line containing want.
@@ -52,7 +54,7 @@ func start(t *testing.T, bin string, env []string, args ...string) *daemon {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{cmd: cmd, lines: make(chan string, 1000), all: &strings.Builder{}}
+	d := &daemon{cmd: cmd, lines: make(chan string, 1000), all: &syncbuf.Buffer{}}
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {
@@ -74,7 +76,7 @@ func (d *daemon) await(t *testing.T, want string) string {
 			if !ok {
 				t.Fatalf("sharetx exited before printing %q; output:\n%s", want, d.all.String())
 			}
-			d.all.WriteString(l + "\n")
+			fmt.Fprintln(d.all, l)
 			if strings.Contains(l, want) {
 				return l
 			}
