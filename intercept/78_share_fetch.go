@@ -26,7 +26,18 @@ type shareState struct {
 	held          map[[16]byte]map[int32]bool
 	plans         []*staging.AckPlan // applied once the broker accepted the acknowledgements
 	rider         *upstream.Rider    // the proxy's acknowledgements this ShareFetch carries (fetch_ride.go)
+	// clientWaits is, for a ShareFetch, until when its client still waits
+	// for the response (fetchPatience): what screening a redelivery may
+	// take of it.
+	clientWaits time.Time
 }
+
+// fetchPatience is how long past its MaxWait a client is taken to wait for a
+// ShareFetch response. franz-go gives a fetch MaxWait + 5 s, then closes the
+// connection (Java and librdkafka wait 30 and 60 s); a response the proxy
+// holds longer to screen redelivered records comes too late, so screening
+// ends with a second to spare (markers.Resolver.Screen).
+const fetchPatience = 4 * time.Second
 
 // applyPlans applies the plans of the partitions whose acknowledgement the
 // broker accepted (the response's top-level code is 0): a plan whose
@@ -134,7 +145,8 @@ func (e *KIP1289) shareFetchRequest(r *proxy.Request) (proxy.Action, *shareState
 	if req.ReadFrom(r.Body()) != nil {
 		return proxy.Action{}, nil // the broker answers the malformed request
 	}
-	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: r.Conn.Principal()}
+	st := &shareState{node: r.Conn.Node(), group: deref(req.GroupID), member: deref(req.MemberID), ident: r.Conn.Principal(),
+		clientWaits: time.Now().Add(time.Duration(max(req.MaxWaitMillis, 0))*time.Millisecond + fetchPatience)}
 	if e.foreignMember("ShareFetch", st) {
 		resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
 		resp.SetVersion(r.Version)
@@ -195,7 +207,7 @@ func (e *KIP1289) shareFetchResponse(st *shareState, resp *kmsg.ShareFetchRespon
 	if lock <= 0 {
 		lock = 30 * time.Second
 	}
-	changed := e.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock) || rode
+	changed := e.resolver.Screen(staging.Fetcher{Node: st.node, Group: st.group, Member: st.member, Ident: st.ident}, resp, lock, st.clientWaits) || rode
 	reject := e.cfg.ClientAcks == "reject"
 	answered := map[[16]byte]map[int32]bool{}
 	for ti := range resp.Topics {

@@ -114,7 +114,15 @@ func (r *Resolver) reject(partition int32, offset int64, reason, detail string) 
 // records whose acknowledgement is committed or staged in an open
 // transaction (see the top of this file). It reports whether it changed the
 // response. lock is the response's acquisition lock.
-func (r *Resolver) Screen(f staging.Fetcher, resp *kmsg.ShareFetchResponse, lock time.Duration) bool {
+//
+// A response with redelivered records first waits for the read-back and
+// the barrier, until deadline at the latest (the time the client still
+// waits for its fetch; zero: none) and never longer than waitRecovery. A
+// response held past the client's wait helps nobody: the client gives the
+// fetch up and closes its connection, which ends its share session, and the
+// broker hands the records out again with one more delivery, until
+// share.delivery.count.limit archives them unprocessed.
+func (r *Resolver) Screen(f staging.Fetcher, resp *kmsg.ShareFetchResponse, lock time.Duration, deadline time.Time) bool {
 	redelivered := false
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
@@ -125,35 +133,8 @@ func (r *Resolver) Screen(f staging.Fetcher, resp *kmsg.ShareFetchResponse, lock
 			}
 		}
 	}
-	if redelivered && !r.IsRecovered() {
-		// The proxy (re)started and has not read the shadow topic back
-		// yet: these records may be a killed proxy's committed ones.
-		t := time.NewTimer(r.waitRecovery)
-		select {
-		case <-r.recovered:
-		case <-t.C:
-		case <-r.ctx.Done():
-		}
-		t.Stop()
-	}
-	r.mu.Lock()
-	barrier := r.barrier
-	r.mu.Unlock()
-	if redelivered && barrier == nil {
-		r.mRedelivered.WithLabelValues("unverified").Inc()
-		r.log.Warn("redelivered records handed to the client before the shadow topic was read back: a record whose acknowledgement a killed proxy committed may be processed again")
-	}
-	if redelivered && barrier != nil {
-		// The records may have been staged through another proxy, or by
-		// this one before it restarted: read the shadow topic to its end
-		// first.
-		ctx, cancel := context.WithTimeout(r.ctx, r.waitRecovery)
-		err := barrier(ctx)
-		cancel()
-		if err != nil {
-			r.mRedelivered.WithLabelValues("unverified").Inc()
-			r.log.Warn("redelivered records handed to the client without checking the shadow topic (it could not be read to its end): a record whose acknowledgement another proxy committed may be processed again", "err", err)
-		}
+	if redelivered {
+		r.verify(deadline)
 	}
 	// A first delivery (DeliveryCount 1) is screened against what is known
 	// without waiting: only a broker that lost a delivery count in a
@@ -187,6 +168,45 @@ func (r *Resolver) Screen(f staging.Fetcher, resp *kmsg.ShareFetchResponse, lock
 		}
 	}
 	return changed
+}
+
+// verify waits, for a response with redelivered records, until the shadow
+// topic was read back and then read to its current end (the barrier), until
+// deadline (zero: none) and waitRecovery at the latest; when it could not,
+// the response goes to the client screened against what is known so far,
+// counted and logged as unverified.
+func (r *Resolver) verify(deadline time.Time) {
+	start := time.Now()
+	until := start.Add(r.waitRecovery)
+	if !deadline.IsZero() && deadline.Before(until) {
+		until = deadline
+	}
+	ctx, cancel := context.WithDeadline(r.ctx, until)
+	defer cancel()
+	if !r.IsRecovered() {
+		// The proxy (re)started and has not read the shadow topic back
+		// yet: these records may be a killed proxy's committed ones.
+		select {
+		case <-r.recovered:
+		case <-ctx.Done():
+		}
+	}
+	r.mu.Lock()
+	barrier := r.barrier
+	r.mu.Unlock()
+	if barrier == nil {
+		r.mRedelivered.WithLabelValues("unverified").Inc()
+		r.log.Warn("redelivered records handed to the client before the shadow topic was read back: a record whose acknowledgement a killed proxy committed may be processed again",
+			"waited", time.Since(start).Round(time.Millisecond), "client_deadline", until.Equal(deadline))
+		return
+	}
+	// The records may have been staged through another proxy, or by this
+	// one before it restarted: read the shadow topic to its end first.
+	if err := barrier(ctx); err != nil {
+		r.mRedelivered.WithLabelValues("unverified").Inc()
+		r.log.Warn("redelivered records handed to the client without checking the shadow topic (it could not be read to its end in time): a record whose acknowledgement another proxy committed may be processed again",
+			"err", err, "waited", time.Since(start).Round(time.Millisecond), "client_deadline", until.Equal(deadline))
+	}
 }
 
 // StartOffsets returns, per group, topic id and partition, the share-partition

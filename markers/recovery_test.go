@@ -87,7 +87,7 @@ func TestScreenRedelivered(t *testing.T) {
 
 	st := staging.Fetcher{Node: 1, Group: "g", Member: "m"}
 	first := fetchResp(0, 0, 9, 1)
-	if e.Screen(st, first, time.Minute) {
+	if e.Screen(st, first, time.Minute, time.Time{}) {
 		// First deliveries are screened too (no barrier), and 3,4,7 are known.
 		if got, want := ranges(first), "[{0 2 1 {map[]}} {5 6 1 {map[]}} {8 9 1 {map[]}}]"; got != want {
 			t.Fatalf("first delivery screened to %s, want %s", got, want)
@@ -99,7 +99,7 @@ func TestScreenRedelivered(t *testing.T) {
 		t.Fatalf("barrier ran %d times for a first delivery", barriers)
 	}
 	again := fetchResp(0, 20, 25, 2)
-	if e.Screen(st, again, time.Minute) {
+	if e.Screen(st, again, time.Minute, time.Time{}) {
 		t.Fatalf("offsets of an aborted transaction were screened: %s", ranges(again))
 	}
 	if barriers != 1 {
@@ -151,7 +151,7 @@ func TestPruneKnown(t *testing.T) {
 	}
 	// 0-9 of g was forgotten: a first delivery of 0-19 keeps 0-9 only.
 	resp := fetchResp(0, 0, 19, 1)
-	e.Screen(staging.Fetcher{Node: 1, Group: "g", Member: "m"}, resp, time.Minute)
+	e.Screen(staging.Fetcher{Node: 1, Group: "g", Member: "m"}, resp, time.Minute, time.Time{})
 	if got, want := ranges(resp), "[{0 9 1 {map[]}}]"; got != want {
 		t.Fatalf("after pruning, a delivery of 0-19 of g was screened to %s, want %s", got, want)
 	}
@@ -164,7 +164,7 @@ func TestRedeliveryWaitsForRecovery(t *testing.T) {
 	e.waitRecovery = 5 * time.Second
 	st := staging.Fetcher{Node: 1, Group: "g", Member: "m"}
 	start := time.Now()
-	e.Screen(st, fetchResp(0, 0, 9, 1), time.Minute)
+	e.Screen(st, fetchResp(0, 0, 9, 1), time.Minute, time.Time{})
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a first delivery waited %v for the recovery", d)
 	}
@@ -175,10 +175,56 @@ func TestRedeliveryWaitsForRecovery(t *testing.T) {
 		e.Recovered(func(context.Context) error { return nil })
 	}()
 	resp := fetchResp(0, 0, 9, 2)
-	if !e.Screen(st, resp, time.Minute) || len(resp.Topics[0].Partitions[0].AcquiredRecords) != 0 {
+	if !e.Screen(st, resp, time.Minute, time.Time{}) || len(resp.Topics[0].Partitions[0].AcquiredRecords) != 0 {
 		t.Fatalf("a redelivery before the read-back went through unscreened: %s", ranges(resp))
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Fatalf("the redelivery did not wait for the recovery (%v)", d)
+	}
+}
+
+// A redelivery waits for the read-back and the barrier only as long as its
+// client waits for the fetch (the deadline Screen is given): a barrier that
+// takes longer, or a read-back that does, hands the response on at the
+// deadline, screened against what is known and counted unverified. Held
+// past it, the response would come after the client gave the fetch up.
+func TestRedeliveryWaitEndsAtTheClientsDeadline(t *testing.T) {
+	st := staging.Fetcher{Node: 1, Group: "g", Member: "m"}
+	for _, c := range []struct {
+		name      string
+		recovered bool // the read-back is done, with a barrier that never finishes
+	}{{"barrier", true}, {"read-back", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			e, _ := testResolver(t)
+			if c.recovered {
+				e.OnShadowRecord(0, 1, shadowOf("g", 0, 4, 4, 1))
+				e.Resolve(0, 1, true)
+				e.Recovered(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+			}
+			start := time.Now()
+			resp := fetchResp(0, 0, 9, 2)
+			e.Screen(st, resp, time.Minute, start.Add(300*time.Millisecond))
+			if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
+				t.Fatalf("the redelivery waited %v, want about the 300 ms its client waits (never the %v of waitRecovery)", d, e.waitRecovery)
+			}
+			if n := testutil.ToFloat64(e.mRedelivered.WithLabelValues("unverified")); n != 1 {
+				t.Fatalf("unverified responses %v, want 1", n)
+			}
+			want := "[{0 9 2 {map[]}}]"
+			if c.recovered {
+				want = "[{0 3 2 {map[]}} {5 9 2 {map[]}}]" // what is known still screened: 4 committed
+			}
+			if got := ranges(resp); got != want {
+				t.Fatalf("handed on %s, want %s", got, want)
+			}
+		})
+	}
+	// No deadline: waitRecovery bounds the wait.
+	e, _ := testResolver(t)
+	e.waitRecovery = 200 * time.Millisecond
+	start := time.Now()
+	e.Screen(st, fetchResp(0, 0, 9, 2), time.Minute, time.Time{})
+	if d := time.Since(start); d < 150*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("with no client deadline the redelivery waited %v, want waitRecovery's 200 ms", d)
 	}
 }

@@ -49,7 +49,8 @@ type Resolver struct {
 }
 
 // redeliveryBarrierTimeout bounds how long a ShareFetch response with
-// redelivered records waits for the shadow topic to be read to its end.
+// redelivered records waits for the shadow topic to be read back and to
+// its end, when its client would wait longer (Screen).
 const redeliveryBarrierTimeout = 15 * time.Second
 
 // NewResolver resolves the calls staged in ledger, applying and releasing
