@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -260,5 +261,38 @@ func TestRiderAnswerRewritesOnlyWhatChanged(t *testing.T) {
 	}
 	if r := resp(0, nil); !answerRider(ride(), r) || len(r.Topics) != 0 {
 		t.Fatalf("the entry only the ride brought was not dropped: %+v", r.Topics)
+	}
+}
+
+// A ShareFetch response with a redelivered record waits for the shadow
+// barrier only while its client waits for it (markers.Resolver.Screen):
+// with a barrier that never finishes, it goes back at the request's MaxWait
+// and fetchPatience after the request came (franz-go gives up a fetch at
+// MaxWait + 5 s), not at the resolver's own 15 s.
+func TestRedeliveredFetchWaitsOnlyWhileTheClientDoes(t *testing.T) {
+	e := engineWith(t, configs.Default().KIP1289)
+	e.resolver.Recovered(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	c := &fakeConn{done: make(chan struct{}), principal: "User:alice"}
+	topic := [16]byte{1}
+	open := shareFetch(0, nil)
+	open.MaxWaitMillis = 200
+	open.Topics = []kmsg.ShareFetchRequestTopic{{TopicID: topic, Partitions: []kmsg.ShareFetchRequestTopicPartition{{Partition: 0}}}}
+	start := time.Now()
+	_, st := fetchThrough(t, e, c, open)
+	resp := kmsg.NewPtrShareFetchResponse()
+	resp.Version = 1
+	rt := kmsg.NewShareFetchResponseTopic()
+	rt.TopicID = topic
+	rp := kmsg.NewShareFetchResponseTopicPartition()
+	rp.AcquiredRecords = []kmsg.ShareFetchResponseTopicPartitionAcquiredRecord{{FirstOffset: 0, LastOffset: 9, DeliveryCount: 2}}
+	rt.Partitions = append(rt.Partitions, rp)
+	resp.Topics = append(resp.Topics, rt)
+	e.shareFetchResponse(st, resp)
+	want := 200*time.Millisecond + fetchPatience
+	if d := time.Since(start); d < want-100*time.Millisecond || d > want+3*time.Second {
+		t.Fatalf("the response with a redelivered record went back after %v, want about %v (MaxWait 200 ms and fetchPatience)", d, want)
+	}
+	if got := resp.Topics[0].Partitions[0].AcquiredRecords; len(got) != 1 || got[0].LastOffset != 9 {
+		t.Fatalf("handed on %v, want the redelivered 0-9 (nothing known to screen them against)", got)
 	}
 }
