@@ -31,6 +31,10 @@ func (c *fakeConn) StartInject(kmsg.Request) (func(context.Context) (kmsg.Respon
 	return nil, errors.New("fakeConn: no upstream")
 }
 
+func (c *fakeConn) StartInjectAs(req kmsg.Request, _ string) (func(context.Context) (kmsg.Response, error), error) {
+	return c.StartInject(req)
+}
+
 func (c *fakeConn) Done() <-chan struct{} { return c.done }
 func (c *fakeConn) Principal() string     { return c.principal }
 func (c *fakeConn) Authenticating() bool  { return false }

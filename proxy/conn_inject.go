@@ -23,6 +23,11 @@ func (c *conn) Inject(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 // StartInject implements Conn: the request is on the wire (in
 // order after what was written before) when it returns.
 func (c *conn) StartInject(req kmsg.Request) (func(context.Context) (kmsg.Response, error), error) {
+	return c.StartInjectAs(req, "sharetx")
+}
+
+// StartInjectAs implements Conn: StartInject under the client id given.
+func (c *conn) StartInjectAs(req kmsg.Request, clientID string) (func(context.Context) (kmsg.Response, error), error) {
 	type result struct {
 		frame []byte
 		err   error
@@ -45,7 +50,7 @@ func (c *conn) StartInject(req kmsg.Request) (func(context.Context) (kmsg.Respon
 		c.wmu.Unlock()
 		return nil, errors.New("too many requests in flight on this connection")
 	}
-	_, err := c.upw.Write(EncodeRequestFrame(corr, "sharetx", req))
+	_, err := c.upw.Write(EncodeRequestFrame(corr, clientID, req))
 	if err == nil {
 		err = c.upw.Flush()
 	}

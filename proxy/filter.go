@@ -40,6 +40,11 @@ type Conn interface {
 	// written so far, and returns a function that waits for the response
 	// (which the client never sees).
 	StartInject(req kmsg.Request) (wait func(context.Context) (kmsg.Response, error), err error)
+	// StartInjectAs is StartInject with the request header's client id
+	// set to clientID instead of the proxy's: for a client's own request
+	// that the filter sends again, which the broker should see as the
+	// client's (its request log, client-id quotas).
+	StartInjectAs(req kmsg.Request, clientID string) (wait func(context.Context) (kmsg.Response, error), err error)
 	// Done is closed when the connection pair has closed.
 	Done() <-chan struct{}
 	// Principal is who the broker authenticated the client as (sasl.go:
