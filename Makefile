@@ -95,6 +95,7 @@ fuzz:
 	.ci/fuzz FuzzRewriters ./proxy $(FUZZTIME)
 	.ci/fuzz FuzzRewriters ./intercept $(FUZZTIME)
 	.ci/fuzz FuzzProduceTxn ./intercept $(FUZZTIME)
+	.ci/fuzz FuzzAddPartitionsHook ./intercept $(FUZZTIME)
 	.ci/fuzz FuzzClientAcks ./staging $(FUZZTIME)
 	.ci/fuzz FuzzTxnShareAcknowledge ./kip1289 $(FUZZTIME)
 	.ci/fuzz FuzzDecodeShadowRecord ./staging $(FUZZTIME)

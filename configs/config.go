@@ -90,6 +90,14 @@ type KIP1289 struct {
 	// to be committed, so that the broker takes the batch whole (it keeps
 	// state per offset for a batch acknowledged in parts). 0: never wait.
 	WholeBatchWait time.Duration `yaml:"whole_batch_wait"`
+	// ConcurrentTxnRetry is how long the proxy asks again, on the
+	// client's own connection, when the coordinator answers a client's
+	// AddPartitionsToTxn (v0-v3: librdkafka, clients before transaction
+	// version 2) CONCURRENT_TRANSACTIONS because the previous transaction's
+	// markers are still being written; the client gets the first other
+	// answer, or CONCURRENT_TRANSACTIONS when this is spent (librdkafka
+	// then waits 20 ms). 0: pass the answer on at once.
+	ConcurrentTxnRetry time.Duration `yaml:"concurrent_transactions_retry"`
 	// RecoveryLookback is how far back in the shadow topic a starting proxy
 	// reads (by record timestamp) to learn which acknowledgements are staged
 	// or committed, so it can screen redelivered records. A committed
@@ -300,6 +308,7 @@ func Default() Config {
 			ClientAcks:            "absorb",
 			CloseHold:             time.Minute,
 			AckRideWait:           5 * time.Millisecond,
+			ConcurrentTxnRetry:    15 * time.Millisecond,
 			RecoveryLookback:      time.Hour,
 			LearnOwnerFromProduce: true,
 			NotReadyRetryFor:      15 * time.Second,
@@ -630,6 +639,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KIP1289.CloseHold < 0 {
 		return errorf("kip1289.close_hold", "must not be negative (0: do not hold)")
+	}
+	if w := c.KIP1289.ConcurrentTxnRetry; w < 0 || w > time.Second {
+		return errorf("kip1289.concurrent_transactions_retry", "%v is outside 0..1s (0: CONCURRENT_TRANSACTIONS is passed on to the client at once)", w)
 	}
 	if w := c.KIP1289.WholeBatchWait; w < 0 || w > 5*time.Second {
 		return errorf("kip1289.whole_batch_wait", "%v is outside 0..5s (0: committed acknowledgements never wait for the rest of their batch)", w)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/sharetx/sharetx/e2e/sim"
 	"github.com/sharetx/sharetx/kip1289"
@@ -169,6 +171,94 @@ func TestTransactionalReadCommitted(t *testing.T) {
 		}
 		rec.AssertOnlyProxy(t, p)
 	})
+}
+
+// TestTransactionsAddingPartitionsThemselves: a producer of transaction
+// version 1 (franz-go capped at Kafka 3.9's versions, as librdkafka) adds
+// its partitions with AddPartitionsToTxn, which the proxy sends on the
+// client's connection itself so that it can ask again while the coordinator
+// answers CONCURRENT_TRANSACTIONS (kip1289.concurrent_transactions_retry,
+// docs/design.md §5.4). Back-to-back transactions, committed and aborted,
+// each one's first write meeting the previous one's markers: every
+// committed record is read once, no aborted one, and every AddPartitionsToTxn
+// went through the proxy's path.
+func TestTransactionsAddingPartitionsThemselves(t *testing.T) {
+	Backends(t, 1, func(t *testing.T, b *Backend) {
+		p := StartProxy(t, b.Seeds)
+		rec := &DialRecorder{}
+		adm := kadm.NewClient(p.NewClient(t, rec))
+		topic := createTopic(t, adm, b, 2)
+		before := metricValue(p, "sharetx_injected_requests_total")
+
+		var adds atomic.Int64
+		txn := p.NewClient(t, rec, kgo.TransactionalID(Unique("txn-v1")), kgo.DefaultProduceTopic(topic),
+			kgo.MaxVersions(kversion.V3_9_0()), kgo.WithHooks(addPartitionsCounter{&adds}))
+		ctx := ctxT(t, 120*time.Second)
+		const txns, per = 30, 4
+		want := 0
+		for i := 0; i < txns; i++ {
+			commit := i%5 != 4
+			if err := txn.BeginTransaction(); err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			for j := 0; j < per; j++ {
+				r := &kgo.Record{Partition: int32(j % 2), Value: []byte(fmt.Sprintf("%v-%d-%d", commit, i, j))}
+				if err := txn.ProduceSync(ctx, r).FirstErr(); err != nil {
+					t.Fatalf("transaction %d: produce: %v", i, err)
+				}
+			}
+			if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+				t.Fatalf("transaction %d: end (commit=%v): %v", i, commit, err)
+			}
+			if commit {
+				want += per
+			}
+		}
+		if adds.Load() < txns {
+			t.Fatalf("the client sent %d AddPartitionsToTxn for %d transactions: it did not add its partitions itself", adds.Load(), txns)
+		}
+		if got := metricValue(p, "sharetx_injected_requests_total") - before; got < float64(adds.Load()) {
+			t.Errorf("the proxy sent %v requests of its own on the clients' connections, want at least the %d AddPartitionsToTxn", got, adds.Load())
+		}
+		t.Logf("%d AddPartitionsToTxn; CONCURRENT_TRANSACTIONS asked again: %v, passed on: %v", adds.Load(),
+			firstValue(labelledValue(p, "sharetx_concurrent_transactions_retries_total", "outcome", "answered")),
+			firstValue(labelledValue(p, "sharetx_concurrent_transactions_retries_total", "outcome", "passed_on")))
+
+		cons := p.NewClient(t, rec, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		seen := map[string]bool{}
+		for len(seen) < want {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("read %d of %d committed records before timing out", len(seen), want)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				v := string(r.Value)
+				if strings.HasPrefix(v, "false") {
+					t.Errorf("read_committed consumer saw aborted record %s", v)
+				}
+				if seen[v] {
+					t.Errorf("record %s read twice", v)
+				}
+				seen[v] = true
+			})
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		cons.PollFetches(pctx).EachRecord(func(r *kgo.Record) { t.Errorf("unexpected extra record %s", r.Value) })
+		rec.AssertOnlyProxy(t, p)
+	})
+}
+
+func firstValue(v float64, _ bool) float64 { return v }
+
+// addPartitionsCounter counts the client's AddPartitionsToTxn requests.
+type addPartitionsCounter struct{ n *atomic.Int64 }
+
+func (h addPartitionsCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == kmsg.AddPartitionsToTxn.Int16() && err == nil {
+		h.n.Add(1)
+	}
 }
 
 func setShareAutoOffsetReset(t testing.TB, cl *kgo.Client, group string) {

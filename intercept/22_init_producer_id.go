@@ -24,6 +24,7 @@ func (e *KIP1289) initProducerIDRequest(r *proxy.Request) (proxy.Action, *initSt
 	if req.ReadFrom(r.Body()) != nil || req.TransactionalID == nil {
 		return proxy.Action{}, nil
 	}
+	e.txnRetries.stop(*req.TransactionalID) // 24_add_partitions_to_txn.go
 	return proxy.Action{}, &initState{r.Conn.Principal(), *req.TransactionalID, time.Duration(req.TransactionTimeoutMillis) * time.Millisecond}
 }
 

@@ -23,6 +23,7 @@ func (e *KIP1289) endTxnRequest(r *proxy.Request) (proxy.Action, *endTxnState) {
 	if req.ReadFrom(r.Body()) != nil {
 		return proxy.Action{}, nil
 	}
+	e.txnRetries.stop(req.TransactionalID) // 24_add_partitions_to_txn.go
 	return proxy.Action{}, &endTxnState{req, r.Conn.Principal()}
 }
 

@@ -109,7 +109,7 @@ func TestRegisterDeclaresTheFeature(t *testing.T) {
 	if h := reg.For(e.Key()); !h.Served || h.Hook == nil || !h.FlexibleRequest(0) || h.Name != "TxnShareAcknowledge" {
 		t.Fatalf("served key %d: %+v", e.Key(), h)
 	}
-	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.InitProducerID, kmsg.EndTxn, kmsg.ShareGroupHeartbeat, kmsg.ShareFetch, kmsg.ShareAcknowledge} {
+	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.InitProducerID, kmsg.EndTxn, kmsg.AddPartitionsToTxn, kmsg.ShareGroupHeartbeat, kmsg.ShareFetch, kmsg.ShareAcknowledge} {
 		if h := reg.For(k.Int16()); h.Hook == nil || h.Rewrite == nil {
 			t.Errorf("%s: hook %v, rewriter %v", kmsg.NameForKey(k.Int16()), h.Hook != nil, h.Rewrite != nil)
 		}
@@ -215,7 +215,7 @@ func TestHeldPartitionHasRecords(t *testing.T) {
 // rewrites at any version, rewrite and re-encode without panicking, and
 // re-decode (proxy's FuzzRewriters does the same for the transport's).
 func FuzzRewriters(f *testing.F) {
-	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.ApiVersions, kmsg.InitProducerID, kmsg.EndTxn, kmsg.ShareGroupHeartbeat, kmsg.ShareFetch, kmsg.ShareAcknowledge} {
+	for _, k := range []kmsg.Key{kmsg.Produce, kmsg.ApiVersions, kmsg.InitProducerID, kmsg.EndTxn, kmsg.AddPartitionsToTxn, kmsg.ShareGroupHeartbeat, kmsg.ShareFetch, kmsg.ShareAcknowledge} {
 		r := kmsg.ResponseForKey(k.Int16())
 		r.SetVersion(r.MaxVersion())
 		f.Add(int16(k), r.MaxVersion(), r.AppendTo(nil))

@@ -66,6 +66,8 @@ type KIP1289 struct {
 
 	produces produces // transactional Produce requests in flight (ride.go)
 
+	txnRetries concurrentTxnRetries // AddPartitionsToTxn retried (24_add_partitions_to_txn.go)
+
 	mCalls       *prometheus.CounterVec
 	mEpochErrors prometheus.Counter
 	mSessionWait prometheus.Histogram
@@ -74,6 +76,8 @@ type KIP1289 struct {
 	mRideMiss    *prometheus.CounterVec
 	mRefused     prometheus.Counter
 	mFailures    *prometheus.CounterVec
+
+	mConcurrentRetries *prometheus.CounterVec
 }
 
 // New builds the feature as the transport's filter (cmd/sharetx hands it
@@ -106,6 +110,9 @@ func (e *KIP1289) Register(h *proxy.Hooks) {
 	proxy.OnResponse(h, kmsg.ApiVersions, e.apiVersionsResponse)
 	proxy.On(h, kmsg.InitProducerID, e.initProducerIDRequest, e.initProducerIDResponse)
 	proxy.On(h, kmsg.EndTxn, e.endTxnRequest, e.endTxnResponse)
+	if e.cfg.ConcurrentTxnRetry > 0 {
+		proxy.On(h, kmsg.AddPartitionsToTxn, e.addPartitionsToTxnRequest, keepAddPartitionsAnswer)
+	}
 	proxy.On(h, kmsg.ShareGroupHeartbeat, e.shareGroupHeartbeatRequest, e.shareGroupHeartbeatResponse)
 	proxy.On(h, kmsg.ShareFetch, e.shareFetchRequest, e.shareFetchResponse)
 	proxy.On(h, kmsg.ShareAcknowledge, e.shareAcknowledgeRequest, e.shareAcknowledgeResponse)
@@ -147,12 +154,13 @@ func newKIP1289(cfg configs.KIP1289, log *slog.Logger, reg prometheus.Registerer
 			Help: "Partitions of the shadow topic in client Produce requests refused with TOPIC_AUTHORIZATION_FAILED: everything but a transaction's own touch record."}),
 		mFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sharetx", Name: "staging_failures_total",
 			Help: "TxnShareAcknowledge calls the proxy failed to stage for a failure of its own, by reason: not_ready (the shadow topic was not ready) or shadow_write (writing the shadow record failed for something else than the caller's producer). Refusals of what a client sent are not counted here."}, []string{"reason"}),
+		mConcurrentRetries: newConcurrentRetriesMetric(),
 		mSessionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "sharetx", Name: "share_session_wait_seconds",
 			Help:    "How long each client ShareFetch/ShareAcknowledge waited for its share session while a request of the proxy's own (committed acks, releases, RENEWs) held it; 0 when it was free. The connection's read loop waits with it.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mStage, e.mRideMiss, e.mRefused, e.mFailures, newSizesCollector(e))
+		reg.MustRegister(e.mCalls, e.mEpochErrors, e.mSessionWait, e.mShadowWrite, e.mStage, e.mRideMiss, e.mRefused, e.mFailures, e.mConcurrentRetries, newSizesCollector(e))
 	}
 	e.resolver.HoldBatches(cfg.WholeBatchWait)
 	go e.renewLoop()
