@@ -106,11 +106,7 @@ func (e *KIP1289) addPartitionsToTxnRequest(r *proxy.Request) (proxy.Action, *st
 	if req.ReadFrom(r.Body()) != nil || len(req.Topics) == 0 {
 		return proxy.Action{}, nil // the broker answers it
 	}
-	hdr, err := proxy.ParseRequestHeader(r.Frame)
-	if err != nil {
-		return proxy.Action{}, nil
-	}
-	clientID := deref(hdr.ClientID)
+	clientID := deref(r.ClientID)
 	mark := e.txnRetries.begin(req.TransactionalID)
 	// The first attempt goes out now, in the client's order, under the
 	// client's id: the broker sees the client's request.
@@ -154,17 +150,10 @@ func (e *KIP1289) retryConcurrent(ctx context.Context, conn proxy.Conn, req *kms
 	retried := false
 	for n := 1; allConcurrent(resp.(*kmsg.AddPartitionsToTxnResponse)); n++ {
 		pause := concurrentRetryPause(n)
-		if time.Since(start)+pause > e.cfg.ConcurrentTxnRetry || e.txnRetries.isStopped(mark) {
-			e.mConcurrentRetries.WithLabelValues("passed_on").Inc()
-			return resp
-		}
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return resp
-		}
-		if e.txnRetries.isStopped(mark) {
-			e.mConcurrentRetries.WithLabelValues("passed_on").Inc()
+		if time.Since(start)+pause > e.cfg.ConcurrentTxnRetry || !sleep(ctx, pause) || e.txnRetries.isStopped(mark) {
+			if ctx.Err() == nil { // not a connection that closed
+				e.mConcurrentRetries.WithLabelValues("passed_on").Inc()
+			}
 			return resp
 		}
 		w, err := conn.StartInjectAs(req, clientID)
@@ -181,6 +170,18 @@ func (e *KIP1289) retryConcurrent(ctx context.Context, conn proxy.Conn, req *kms
 		e.mConcurrentRetries.WithLabelValues("answered").Inc()
 	}
 	return resp
+}
+
+// sleep pauses for d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // allConcurrent reports whether every partition of the answer is

@@ -70,7 +70,7 @@ func addPartitionsFrame(c proxy.Conn, v int16) *proxy.Request {
 	req.Topics = append(req.Topics, t)
 	frame := proxy.EncodeRequestFrame(9, "app-1", req)
 	hdr, _ := proxy.ParseRequestHeader(frame)
-	return &proxy.Request{Conn: c, Key: kmsg.AddPartitionsToTxn.Int16(), Version: v, Frame: frame, BodyOffset: hdr.BodyOffset}
+	return &proxy.Request{Conn: c, Key: kmsg.AddPartitionsToTxn.Int16(), Version: v, Frame: frame, BodyOffset: hdr.BodyOffset, ClientID: hdr.ClientID}
 }
 
 func answerCodes(resp kmsg.Response) []int16 {
@@ -261,7 +261,7 @@ func FuzzAddPartitionsHook(f *testing.F) {
 		off := len(frame)
 		frame = append(frame, body...)
 		binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
-		act := hook(&proxy.Request{Conn: c, Key: kmsg.AddPartitionsToTxn.Int16(), Version: version, Frame: frame, BodyOffset: off})
+		act := hook(&proxy.Request{Conn: c, Key: kmsg.AddPartitionsToTxn.Int16(), Version: version, Frame: frame, BodyOffset: off, ClientID: kmsg.StringPtr("app-1")})
 		if act.Async == nil {
 			if c.sends() != 0 || act.Local != nil || act.Body != nil {
 				t.Fatalf("v%d: neither forwarded as it came nor taken: %+v, %d sent", version, act, c.sends())

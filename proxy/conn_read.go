@@ -126,7 +126,7 @@ func (c *conn) readClient() {
 		if h.Responds != nil {
 			// Read before a hook runs: no hook changes what decides it
 			// (Produce's acks).
-			if expectResponse, err = h.Responds(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset}); err != nil {
+			if expectResponse, err = h.Responds(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset, ClientID: hdr.ClientID}); err != nil {
 				c.log.Warn("closing connection: malformed request", "api", h.Name, "err", err)
 				c.stopReading("malformed_frame")
 				return
@@ -143,7 +143,7 @@ func (c *conn) readClient() {
 		var act Action
 		if h.Hook != nil {
 			t := time.Now()
-			act = h.Hook(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset})
+			act = h.Hook(&Request{Conn: c, Key: hdr.Key, Version: hdr.Version, Frame: frame, BodyOffset: hdr.BodyOffset, ClientID: hdr.ClientID})
 			if h.Known && !h.Served {
 				c.s.metrics.api(hdr.Key).hookRequest.Observe(time.Since(t).Seconds())
 			}

@@ -67,6 +67,7 @@ type Request struct {
 	Version    int16
 	Frame      []byte // the whole frame, size prefix included
 	BodyOffset int
+	ClientID   *string // the header's client id, as the transport parsed it
 }
 
 // Body is the request body.
